@@ -1,0 +1,92 @@
+"""Inspect scorers for the four benchmarks, over the shared scoring in :mod:`harness.scoring`.
+
+Every scorer returns one dict-valued score per sample: ``accuracy`` (1/0) plus the
+trajectory's tool and SAAR counters, so one log carries pass@1 with stderr, the
+tool-call failure rate and SAAR events by kind. The judging itself lives in
+:mod:`harness.scoring` and :mod:`harness.lcb` (shared with the training reward).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
+from inspect_ai.solver import TaskState
+
+from harness import scoring
+from harness.evals.solver import TRAJECTORY, current_sandbox
+
+METRICS: dict[str, Any] = {
+    "accuracy": [mean(), stderr()],
+    "tool_failure_rate": [mean()],
+    "tool_calls": [mean()],
+    "failures_kept": [mean()],
+    "saar_*": [mean()],
+    "tokens": [mean()],
+}
+
+
+def trajectory_values(state: TaskState) -> dict[str, float]:
+    """The per-sample counters every benchmark reports next to its accuracy."""
+    t = state.metadata.get(TRAJECTORY, {})
+    calls, failures = t.get("tool_calls", 0), t.get("tool_failures", 0)
+    return {
+        "tool_failure_rate": failures / calls if calls else 0.0,
+        "tool_calls": float(calls),
+        "failures_kept": float(t.get("failures_kept", 0)),
+        "saar_shallow": float(t.get("saar_shallow", 0)),
+        "saar_deep": float(t.get("saar_deep", 0)),
+        "saar_purified": float(t.get("saar_purified", 0)),
+        "tokens": float(t.get("tokens_generated", 0)),
+    }
+
+
+def _score(state: TaskState, correct: bool, answer: str | None, explanation: str = "") -> Score:
+    return Score(
+        value={"accuracy": 1.0 if correct else 0.0, **trajectory_values(state)},
+        answer=answer,
+        explanation=explanation or None,
+        metadata={TRAJECTORY: state.metadata.get(TRAJECTORY, {})},
+    )
+
+
+@scorer(metrics=METRICS)
+def math_scorer() -> Scorer:
+    """AIME: the last ``\\boxed{}`` is equivalent to the integer answer (leading zeros do not matter)."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        completion = state.output.completion
+        return _score(state, scoring.math_correct(completion, target.text), scoring.extract_boxed(completion))
+
+    return score
+
+
+@scorer(metrics=METRICS)
+def gpqa_scorer() -> Scorer:
+    """GPQA: the chosen letter (after the fixed shuffle) is the correct one."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        completion = state.output.completion
+        return _score(state, scoring.gpqa_correct(completion, target.text), scoring.gpqa_letter(completion))
+
+    return score
+
+
+@scorer(metrics=METRICS)
+def code_scorer(timeout_per_test: float = 6.0) -> Scorer:
+    """LiveCodeBench: the final program passes every public and private test, run in the sandbox."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        from harness import lcb
+
+        code = scoring.extract_code(state.output.completion)
+        if code is None:
+            return _score(state, False, None, "no ```python block in the final answer")
+        tests = lcb.problem_tests(state.metadata)
+        grade = await lcb.grade(
+            current_sandbox(), code, tests, fn_name=state.metadata.get("fn_name"), timeout_per_test=timeout_per_test,
+            all_tests=False,
+        )
+        return _score(state, grade.passed == grade.total, code, grade.describe())
+
+    return score

@@ -1,0 +1,192 @@
+"""The tool-call protocol: one ``python`` tool taking ``code``, in the Hermes form.
+
+A call is written by the model as::
+
+    <tool_call>
+    {"name": "python", "arguments": {"code": "print(1 + 1)"}}
+    </tool_call>
+
+This module is the only place that knows that form. It is lenient in what it
+accepts (``code_interpreter`` as the name, arguments as a JSON string, a fenced
+``json`` block, optionally a fenced ``python`` block) and strict in what it executes:
+a call must name the tool and carry a string ``code``, and only the first call of
+a turn runs. A malformed call becomes a :class:`ParsedTurn` with ``error`` set,
+which the rollout answers with a tool error instead of crashing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TOOL_NAME = "python"
+TOOL_ALIASES = frozenset({"python", "code_interpreter", "python_interpreter", "run_python"})
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+
+TOOL_DESCRIPTION = (
+    "Execute a Python 3 program and return what it prints. Each call runs in a fresh "
+    "interpreter: variables do not persist between calls, so print what you need. "
+    "numpy and sympy are available."
+)
+
+#: The JSON schema of the tool, as chat templates with tool support expect it.
+TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": TOOL_DESCRIPTION,
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The Python program to run."}},
+            "required": ["code"],
+        },
+    },
+}
+
+_FENCE = re.compile(r"```(?P<lang>[A-Za-z0-9_+-]*)[ \t]*\n(?P<body>.*?)```", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A parsed call of the python tool.
+
+    ``raw`` is the call as serialized from its opening marker on; the reference
+    implementation's SAAR similarity compares these strings, the paper's compares ``code``.
+    """
+
+    code: str
+    raw: str
+    id: str = "call_0"
+    name: str = TOOL_NAME
+
+    def arguments(self) -> dict[str, str]:
+        return {"code": self.code}
+
+
+@dataclass(frozen=True)
+class ParsedTurn:
+    """An assistant turn split into the reasoning before its call and the call itself."""
+
+    reasoning: str
+    call: ToolCall | None = None
+    error: str | None = None  #: why a call was attempted but cannot be executed
+    form: Literal["none", "hermes", "json_fence", "python_fence", "native"] = "none"
+    extra_calls: int = 0  #: further calls in the same turn, which are not executed
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def attempted_call(self) -> bool:
+        return self.call is not None or self.error is not None
+
+
+def serialize_call(code: str, name: str = TOOL_NAME) -> str:
+    """The canonical Hermes text of a call (what a native tool call renders to)."""
+    return serialize_object({"name": name, "arguments": {"code": code}})
+
+
+def serialize_object(call: dict[str, Any]) -> str:
+    """Any call object in the Hermes form (used to hand a provider's unusable native call to the parser)."""
+    return f"{CALL_OPEN}\n{json.dumps(call, ensure_ascii=False)}\n{CALL_CLOSE}"
+
+
+def _call_from_json(text: str, raw: str, call_id: str) -> tuple[ToolCall | None, str | None]:
+    """Validate a JSON call object; return the call or a message saying what is wrong."""
+    body = text.strip()
+    fence = _FENCE.fullmatch(body)
+    if fence:  # a fenced block inside the tags
+        body = fence.group("body").strip()
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError as exc:
+        return None, f"the tool call is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    if not isinstance(obj, dict):
+        return None, "the tool call must be a JSON object with 'name' and 'arguments'"
+    name = obj.get("name")
+    if name not in TOOL_ALIASES:
+        return None, f"unknown tool {name!r}; the only tool is {TOOL_NAME!r}"
+    args = obj.get("arguments", obj.get("parameters"))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            return None, "the tool call's 'arguments' is a string that is not valid JSON"
+    if not isinstance(args, dict) or not isinstance(args.get("code"), str):
+        return None, "the tool call needs 'arguments' with a string field 'code'"
+    if not args["code"].strip():
+        return None, "the tool call's 'code' is empty"
+    return ToolCall(code=args["code"], raw=raw, id=call_id), None
+
+
+def parse_turn(text: str, *, accept_python_fence: bool = True, call_id: str = "call_0") -> ParsedTurn:
+    """Split an assistant message into reasoning and (at most) one executable call.
+
+    Order of precedence: Hermes ``<tool_call>`` tags, then a fenced ``json`` block
+    holding a call object, then (when ``accept_python_fence``) the first fenced
+    ``python`` block. Text with none of these is a turn without a call (an answer).
+    """
+    start = text.find(CALL_OPEN)
+    if start >= 0:
+        reasoning = text[:start]
+        end = text.find(CALL_CLOSE, start)
+        inner = text[start + len(CALL_OPEN) : end if end >= 0 else len(text)]
+        raw = text[start : end + len(CALL_CLOSE)] if end >= 0 else text[start:]
+        rest = text[end + len(CALL_CLOSE) :] if end >= 0 else ""
+        call, error = _call_from_json(inner, raw, call_id)
+        if end < 0 and call is None:
+            error = f"{error}; the call is also missing its closing {CALL_CLOSE}"
+        return ParsedTurn(reasoning, call, error, "hermes", extra_calls=rest.count(CALL_OPEN))
+
+    for match in _FENCE.finditer(text):
+        lang = match.group("lang").lower()
+        if lang == "json" and re.search(r'"name"\s*:', match.group("body")):
+            call, error = _call_from_json(match.group("body"), match.group(0), call_id)
+            return ParsedTurn(text[: match.start()], call, error, "json_fence")
+        if accept_python_fence and lang in ("python", "py", "python3"):
+            code = match.group("body")
+            if code.strip():
+                return ParsedTurn(text[: match.start()], ToolCall(code, match.group(0), call_id), None, "python_fence")
+    return ParsedTurn(text)
+
+
+def truncate_middle(text: str, limit: int = 256) -> str:
+    """Cut the middle out of ``text`` so that at most ``limit`` characters of it remain.
+
+    Head and tail are kept because a traceback's last line names the error and its
+    first lines name the call site. ``limit <= 0`` disables truncation.
+    """
+    if limit <= 0 or len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    return f"{text[:head]}\n...[{len(text) - limit} characters truncated]...\n{text[-tail:]}"
+
+
+def format_result(
+    *, ok: bool, stdout: str, stderr: str, error_kind: str | None, limit: int = 256
+) -> str:
+    """The text the model sees for one execution (identical in evaluation and training)."""
+    if ok:
+        out = stdout if not stderr.strip() else f"{stdout}\n[stderr]\n{stderr}"
+        return truncate_middle(out, limit) if out.strip() else "(no output; use print() to show values)"
+    detail = stderr.strip() or stdout.strip() or f"{error_kind or 'Error'}"
+    if error_kind and error_kind not in detail:
+        detail = f"{error_kind}: {detail}"
+    return "Error:\n" + truncate_middle(detail, limit)
+
+
+def format_call_error(message: str) -> str:
+    """The tool response to a call that could not be executed at all."""
+    return (
+        f"Error: malformed tool call: {message}. Call the tool as "
+        f'{CALL_OPEN}{{"name": "{TOOL_NAME}", "arguments": {{"code": "..."}}}}{CALL_CLOSE}'
+    )
+
+
+def retry_note(attempts: int) -> str:
+    """Appended to the error of a turn whose SAAR retries are exhausted."""
+    return (
+        f"\n\nNote: this approach has failed {attempts} times. "
+        "Try a different method instead of repeating it."
+    )
