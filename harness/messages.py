@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from harness.protocol import CALL_OPEN, TOOL_NAME, ToolCall, serialize_call
+from harness.protocol import TOOL_NAME, ToolCall, serialize_call
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -102,5 +102,3 @@ def to_openai(messages: list[Message], *, inline_calls: bool = False) -> list[di
     return out
 
 
-def has_inline_call(text: str) -> bool:
-    return CALL_OPEN in text

@@ -138,13 +138,10 @@ def to_assistant(gen: Generation, accept_python_fence: bool = True) -> Message:
     parsed = protocol.parse_turn(gen.text, accept_python_fence=accept_python_fence)
     if parsed.call is None and parsed.error is None:
         return Message("assistant", gen.text, meta={"tokens": gen.output_tokens})
-    return Message(
-        "assistant",
-        parsed.reasoning,
-        call=parsed.call,
-        call_error=parsed.error,
-        meta={"form": parsed.form, "tokens": gen.output_tokens, "raw": gen.text},
-    )
+    # a malformed call keeps the text as written: there is no call to re-serialize it from
+    content = parsed.reasoning if parsed.call is not None else gen.text
+    meta = {"form": parsed.form, "tokens": gen.output_tokens}
+    return Message("assistant", content, call=parsed.call, call_error=parsed.error, meta=meta)
 
 
 async def rollout(

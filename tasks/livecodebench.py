@@ -33,9 +33,10 @@ def livecodebench(
     epochs: int = 1,
 ) -> Task:
     """LiveCodeBench with the shared rollout core; `data` is a local file/dir or "fixture" (default: the hub)."""
+    problems = load_livecodebench(data, start_date=start_date, end_date=end_date, release=release)
     return benchmark_task(
-        load_livecodebench(data, start_date=start_date, end_date=end_date, release=release),
-        code_scorer(),
+        problems,
+        code_scorer(problems),
         saar=saar,
         saar_prob=saar_prob,
         gamma=gamma,

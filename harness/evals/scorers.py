@@ -8,12 +8,14 @@ tool-call failure rate and SAAR events by kind. The judging itself lives in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import TaskState
 
-from harness import scoring
+from harness import lcb, scoring
+from harness.datasets import Problem
 from harness.evals.solver import TRAJECTORY, current_sandbox
 
 METRICS: dict[str, Any] = {
@@ -73,20 +75,27 @@ def gpqa_scorer() -> Scorer:
 
 
 @scorer(metrics=METRICS)
-def code_scorer(timeout_per_test: float = 6.0) -> Scorer:
-    """LiveCodeBench: the final program passes every public and private test, run in the sandbox."""
+def code_scorer(problems: Sequence[Problem], timeout_per_test: float = 6.0) -> Scorer:
+    """LiveCodeBench: the final program passes every public and private test, run in the sandbox.
+
+    The tests are kept here, by sample id, rather than in each sample's metadata: private
+    tests can be megabytes per problem and would bloat every log.
+    """
+    by_id = {p.id: p.metadata for p in problems}
 
     async def score(state: TaskState, target: Target) -> Score:
-        from harness import lcb
-
         code = scoring.extract_code(state.output.completion)
         if code is None:
             return _score(state, False, None, "no ```python block in the final answer")
-        tests = lcb.problem_tests(state.metadata)
+        meta = by_id[str(state.sample_id)]
         grade = await lcb.grade(
-            current_sandbox(), code, tests, fn_name=state.metadata.get("fn_name"), timeout_per_test=timeout_per_test,
+            current_sandbox(),
+            code,
+            lcb.problem_tests(meta, where=f"sample {state.sample_id}"),
+            fn_name=lcb.fn_name_of(meta),
+            timeout_per_test=timeout_per_test,
             all_tests=False,
         )
-        return _score(state, grade.passed == grade.total, code, grade.describe())
+        return _score(state, grade.all_passed, code, grade.describe())
 
     return score

@@ -3,34 +3,39 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
 from inspect_ai import Epochs, Task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import GenerateConfig
 from inspect_ai.scorer import Scorer
+from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.datasets import Problem
 from harness.evals.solver import saar_agent
 from harness.rollout import RolloutConfig
 from harness.saar import SaarConfig
+from sandboxes.inspect_provider import CleanerSandboxConfig
 
 #: Sampling of the reference evaluation (CLEANER): temperature 1.0, top_p 0.6.
 REFERENCE_SAMPLING = GenerateConfig(temperature=1.0, top_p=0.6)
 
 
+#: Problem fields kept out of sample metadata (and so out of logs): the scorer holds them.
+HEAVY_FIELDS = ("public_test_cases", "private_test_cases")
+
+
 def to_samples(problems: Sequence[Problem]) -> MemoryDataset:
-    samples = [
-        Sample(id=p.id, input=p.prompt, target=p.target, metadata={"kind": p.kind, **p.metadata}) for p in problems
-    ]
+    samples = []
+    for p in problems:
+        metadata = {k: v for k, v in p.metadata.items() if k not in HEAVY_FIELDS}
+        samples.append(Sample(id=p.id, input=p.prompt, target=p.target, metadata={"kind": p.kind, **metadata}))
     return MemoryDataset(samples)
 
 
-def sandbox_spec(backend: str) -> tuple[str, Any]:
-    """The Inspect sandbox spec for ``-T sandbox=docker|local|auto``."""
-    from sandboxes.inspect_provider import sandbox_spec as provider_spec
-
-    return provider_spec(backend)
+def sandbox_spec(backend: str) -> SandboxEnvironmentSpec:
+    """The Inspect sandbox spec for ``-T sandbox=docker|local|auto`` (the project's ``cleaner`` provider)."""
+    if backend not in ("auto", "local", "docker"):
+        raise ValueError(f"-T sandbox={backend!r}: choose 'auto', 'local' or 'docker'")
+    return SandboxEnvironmentSpec("cleaner", CleanerSandboxConfig(backend=backend))  # type: ignore[arg-type]
 
 
 def benchmark_task(

@@ -1,0 +1,283 @@
+"""LiveCodeBench grading: output comparison, private-test decoding, and real runs in a sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import pickle
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from harness.datasets import load_livecodebench
+from harness.lcb import (
+    CodeGrade,
+    GradingError,
+    build_grading_program,
+    code_reward,
+    decode_private_tests,
+    encode_private_tests,
+    fn_name_of,
+    grade,
+    grade_completion,
+    problem_tests,
+    stdout_matches,
+)
+from sandboxes.base import ExecResult, Sandbox, SandboxError
+
+
+class SubprocessSandbox(Sandbox):
+    """A minimal real sandbox (a child interpreter), used when sandboxes.local is not importable."""
+
+    backend = "subprocess"
+
+    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
+        start = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", code, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(data), timeout)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return ExecResult(ok=False, exit_code=None, error_kind="Timeout", duration=time.monotonic() - start)
+        return ExecResult(ok=proc.returncode == 0, stdout=out.decode(), stderr=err.decode(),
+                          exit_code=proc.returncode, duration=time.monotonic() - start)
+
+
+class BrokenSandbox(Sandbox):
+    """Stands in for a dead container: every run reports a sandbox failure."""
+
+    backend = "broken"
+
+    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
+        return ExecResult(ok=False, exit_code=None, error_kind="SandboxError", stderr="container died",
+                          sandbox_failed=True)
+
+
+@pytest.fixture
+async def sandbox():
+    try:
+        from sandboxes.local import LocalSandbox
+    except ImportError:
+        box: Sandbox = SubprocessSandbox()
+    else:
+        box = LocalSandbox()
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+@pytest.fixture(scope="module")
+def fixture_problems():
+    problems = load_livecodebench("fixture", start_date="2020-01-01", end_date="2030-12-31")
+    return {p.id: p for p in problems}
+
+
+def stdin_tests(*pairs: tuple[str, str]) -> list[dict]:
+    return [{"input": i, "output": o, "testtype": "stdin"} for i, o in pairs]
+
+
+ADD = stdin_tests(("3 5\n", "8\n"), ("-1 1\n", "0\n"), ("10 20\n", "30\n"))
+
+# --------------------------------------------------------------------------- comparison
+
+
+@pytest.mark.parametrize(
+    ("got", "expected", "same"),
+    [
+        ("8\n", "8", True),
+        ("8   \n\n\n", "8\n", True),  # trailing whitespace and blank lines
+        ("  1 2\n3 4  \n", "1 2\n3 4", True),
+        ("2.5\n", "2.500000\n", True),  # numbers compared as Decimal
+        ("1e3\n", "1000\n", True),
+        ("1  2\n", "1 2\n", True),  # token-wise when numeric
+        ("0.3333\n", "0.33333\n", False),  # no tolerance, as upstream
+        ("1.3333333333333333\n", "1.333333\n", False),
+        ("yes\n", "Yes\n", False),
+        ("Yes  No\n", "Yes No\n", False),  # non-numeric lines must match as text
+        ("1\n2\n", "1\n", False),  # line count
+        ("", "0\n", False),
+        ("1 2\n", "1 2 3\n", False),
+    ],
+)
+def test_stdout_matches(got: str, expected: str, same: bool) -> None:
+    assert stdout_matches(got, expected) is same
+
+
+# --------------------------------------------------------------------------- private tests
+
+
+def test_private_tests_round_trip_and_fixture_encoding(fixture_problems) -> None:
+    tests = stdin_tests(("1\n", "2\n"))
+    encoded = encode_private_tests(tests)
+    assert decode_private_tests(encoded) == tests
+    # exactly upstream's layout: base64(zlib(pickle(json string)))
+    assert pickle.loads(zlib.decompress(base64.b64decode(encoded))) == json.dumps(tests)
+    raw = fixture_problems["fx_9001"].metadata["private_test_cases"]
+    assert json.loads(pickle.loads(zlib.decompress(base64.b64decode(raw))))[0]["testtype"] == "functional"
+    assert decode_private_tests(json.dumps(tests)) == tests  # plain JSON is accepted too
+    assert decode_private_tests("") == []
+
+
+class _Exploit:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_is_refused(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    payload = base64.b64encode(zlib.compress(pickle.dumps(_Exploit(str(marker))))).decode()
+    with pytest.raises(ValueError, match="refusing to load global"):
+        decode_private_tests(payload, where="row 7: private_test_cases")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("!!!not base64!!!", "neither JSON nor base64"),
+        (base64.b64encode(zlib.compress(pickle.dumps([1, 2]))).decode(), "holds list, expected a JSON string"),
+        (base64.b64encode(zlib.compress(pickle.dumps("{oops"))).decode(), "decoded pickle is not JSON"),
+        (base64.b64encode(zlib.compress(b"garbage")).decode(), "corrupt"),
+        (json.dumps([{"input": "1", "output": 2}]), r"\[0\]: field 'output' must be a string"),
+    ],
+)
+def test_broken_private_tests_are_named(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        decode_private_tests(value, where="lcb.jsonl row 3: private_test_cases")
+    assert "lcb.jsonl row 3" in str(info.value)
+
+
+def test_fn_name_of() -> None:
+    assert fn_name_of({"metadata": '{"func_name": "twoSum"}'}) == "twoSum"
+    assert fn_name_of({"metadata": "{}"}) is None
+    assert fn_name_of({"fn_name": "f"}) == "f"
+
+
+def test_program_is_stdlib_only_and_rejects_broken_functional_tests() -> None:
+    program = build_grading_program("print(1)", ADD, fn_name=None)
+    compile(program, "grader", "exec")
+    imports = {line.split()[1].rstrip(",") for line in program.splitlines() if line.startswith(("import ", "from "))}
+    assert imports <= {"json", "os", "decimal", "io"}
+    with pytest.raises(ValueError, match="test 0: functional test input/output is not JSON"):
+        build_grading_program("", [{"input": "[1,", "output": "1", "testtype": "functional"}], fn_name="f")
+
+
+# --------------------------------------------------------------------------- grading in a sandbox
+
+
+async def test_stdin_correct_and_trailing_whitespace(sandbox) -> None:
+    result = await grade(sandbox, "a, b = map(int, input().split())\nprint(a + b, '  ')\nprint()\n", ADD, fn_name=None)
+    assert (result.passed, result.total, result.first_failure) == (3, 3, None)
+    assert result.all_passed and result.fraction == 1.0 and result.statuses == "PPP"
+
+
+async def test_wrong_answer_stops_or_counts(sandbox) -> None:
+    code = "a, b = map(int, input().split())\nprint(a + b if a != -1 else 5)\n"
+    first = await grade(sandbox, code, ADD, fn_name=None, all_tests=False)
+    assert first.first_failure.kind == "wrong_answer" and first.first_failure.index == 1
+    assert first.statuses == "PW" and first.passed == 1 and first.total == 3 and not first.all_passed
+    full = await grade(sandbox, code, ADD, fn_name=None, all_tests=True)
+    assert full.statuses == "PWP" and full.passed == 2 and full.fraction == pytest.approx(2 / 3)
+    assert full.first_failure.got.strip() == "5" and full.first_failure.expected.strip() == "0"
+    assert full.describe().startswith("2/3 tests passed; test 1: wrong answer")
+    assert full.to_dict()["fraction"] == pytest.approx(2 / 3)
+
+
+async def test_runtime_error_is_named(sandbox) -> None:
+    result = await grade(sandbox, "x = input()\nraise ValueError('bad input ' + x)\n", ADD[:1], fn_name=None)
+    assert result.first_failure.kind == "runtime_error"
+    assert "ValueError: bad input 3 5" in result.first_failure.message
+    assert result.passed == 0
+
+
+async def test_timeout_kills_the_test_and_moves_on(sandbox) -> None:
+    code = "a, b = map(int, input().split())\nif a == 3:\n    while True:\n        pass\nprint(a + b)\n"
+    result = await grade(sandbox, code, ADD, fn_name=None, timeout_per_test=0.5, all_tests=True)
+    assert result.statuses == "TPP" and result.passed == 2
+    assert result.first_failure.kind == "timeout"
+
+
+async def test_float_output_compared_as_decimal(sandbox, fixture_problems) -> None:
+    metadata = fixture_problems["fx_abc002_b"].metadata
+    tests = problem_tests(metadata)
+    exact = "n = int(input())\nxs = list(map(int, input().split()))\nprint(f'{sum(xs) / n:.6f}')\n"
+    assert (await grade(sandbox, exact, tests, fn_name=None)).all_passed
+    short = "n = int(input())\nxs = list(map(int, input().split()))\nprint(sum(xs) / n)\n"
+    graded = await grade(sandbox, short, tests, fn_name=None)
+    # 2.5 == 2.500000 and 7.0 == 7.000000 as Decimal; 1.3333333333333333 != 1.333333
+    assert graded.statuses == "PPW" and graded.passed == 2
+
+
+async def test_functional_problem(sandbox, fixture_problems) -> None:
+    metadata = fixture_problems["fx_9001"].metadata
+    tests = problem_tests(metadata)
+    fn = fn_name_of(metadata)
+    good = (
+        "class Solution:\n"
+        "    def addToEvery(self, nums: List[int], k: int) -> List[int]:\n"
+        "        print('debugging output must not disturb grading')\n"
+        "        return [x + k for x in nums]\n"
+    )
+    result = await grade(sandbox, good, tests, fn_name=fn)
+    assert (result.passed, result.total) == (4, 4)
+    as_tuple = good.replace("return [x + k for x in nums]", "return tuple(x + k for x in nums)")
+    assert (await grade(sandbox, as_tuple, tests, fn_name=fn)).all_passed
+    wrong = good.replace("x + k", "x + k + (1 if x < 0 else 0)")
+    graded = await grade(sandbox, wrong, tests, fn_name=fn)
+    assert graded.statuses == "PPWP" and graded.first_failure.kind == "wrong_answer"
+    missing = "class Solution:\n    def other(self):\n        return 1\n"
+    failed = await grade(sandbox, missing, tests, fn_name=fn, all_tests=False)
+    assert failed.first_failure.kind == "runtime_error" and "addToEvery" in failed.first_failure.message
+
+
+async def test_grade_completion_end_to_end(sandbox, fixture_problems) -> None:
+    metadata = fixture_problems["fx_cf1000A"].metadata
+    completion = (
+        "Let me test first.\n<tool_call>\n"
+        + json.dumps({"name": "python", "arguments": {"code": "print('YES')"}})
+        + "\n</tool_call>\nFinal solution:\n```python\nt = int(input())\nfor _ in range(t):\n"
+        "    n = int(input())\n    print('YES' if n % 2 == 0 else 'NO')\n```\n"
+    )
+    result = await grade_completion(sandbox, completion, metadata)
+    assert isinstance(result, CodeGrade) and result.all_passed and result.total == 3
+    half = completion.replace("n % 2 == 0", "n == 4")
+    # passes the public test (4 and 5) and the one with n = 1, fails the one with n = 2, 4, 6
+    assert await code_reward(sandbox, half, metadata) == pytest.approx(2 / 3)
+    empty = await grade_completion(sandbox, "I could not solve it.", metadata)
+    assert empty.first_failure.kind == "no_code" and empty.fraction == 0.0
+    assert "no code block" in empty.describe()
+
+
+async def test_sandbox_failure_raises_instead_of_scoring() -> None:
+    with pytest.raises(SandboxError, match="container died"):
+        await grade(BrokenSandbox(), "print(8)", ADD, fn_name=None)
+
+
+async def test_missing_verdict_raises() -> None:
+    class Silent(SubprocessSandbox):
+        async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
+            return await super().run_python("print('no verdict here')", timeout=timeout)
+
+    with pytest.raises(GradingError, match="no verdict"):
+        await grade(Silent(), "print(8)", ADD, fn_name=None)
+
+
+async def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="no tests"):
+        await grade(SubprocessSandbox(), "print(1)", [], fn_name=None)
+    with pytest.raises(ValueError, match="timeout_per_test"):
+        await grade(SubprocessSandbox(), "print(1)", ADD, fn_name=None, timeout_per_test=0)

@@ -1,0 +1,323 @@
+"""The local sandbox backend against real child processes: results, limits, hostile programs, cleanup.
+
+Every hostile program is followed by a plain call that must succeed, because a
+sandbox that survives an attack only to fail the next rollout is broken too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from sandboxes.base import KILLED, MEMORY, NONZERO_EXIT, OUTPUT_LIMIT, TIMEOUT, Sandbox
+from sandboxes.errors import SEGFAULT, classify, exception_name
+from sandboxes.local import LocalConfig, LocalSandbox, _pids_of_uid, bwrap_path
+
+
+@pytest.fixture(params=["auto", "none"])
+async def sb(request: pytest.FixtureRequest) -> AsyncIterator[LocalSandbox]:
+    """A sandbox with the best isolation this machine allows ("auto") and one without bwrap ("none")."""
+    sandbox = LocalSandbox(isolation=request.param, max_output_bytes=200_000)
+    try:
+        yield sandbox
+    finally:
+        await sandbox.close()
+
+
+@pytest.fixture
+async def strong() -> AsyncIterator[LocalSandbox]:
+    """The best sandbox here; tests of containment skip when it cannot contain (no bwrap and no uid)."""
+    sandbox = LocalSandbox()
+    if sandbox.isolation != "bwrap" and sandbox.uid is None:
+        await sandbox.close()
+        pytest.skip("neither bwrap nor a sandbox uid is available: processes cannot be contained here")
+    try:
+        yield sandbox
+    finally:
+        await sandbox.close()
+
+
+async def assert_healthy(sandbox: Sandbox) -> None:
+    result = await sandbox.run_python("print(6 * 7)", timeout=10)
+    assert result.ok, result
+    assert result.stdout == "42\n"
+
+
+# ------------------------------------------------------------------ results
+
+
+async def test_ok_program(sb: LocalSandbox) -> None:
+    result = await sb.run_python("import sys\nprint('hello')\nprint('warn', file=sys.stderr)")
+    assert result.ok and result.error_kind is None and result.exit_code == 0
+    assert result.stdout == "hello\n" and result.stderr == "warn\n"
+    assert result.extra["backend"] == "local"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numpy") is None or importlib.util.find_spec("sympy") is None,
+                    reason="numpy/sympy not installed")
+async def test_numpy_and_sympy_import(sb: LocalSandbox) -> None:
+    result = await sb.run_python("import numpy, sympy\nprint(int(numpy.arange(5).sum()), sympy.factorint(12))")
+    assert result.ok, result.stderr
+    assert result.stdout == "10 {2: 2, 3: 1}\n"
+
+
+async def test_syntax_error(sb: LocalSandbox) -> None:
+    result = await sb.run_python("print((1 +)")
+    assert not result.ok and result.error_kind == "SyntaxError" and result.exit_code == 1
+    await assert_healthy(sb)
+
+
+@pytest.mark.parametrize(
+    "code, kind",
+    [
+        ("undefined_name + 1", "NameError"),
+        ("1 / 0", "ZeroDivisionError"),
+        ("import no_such_module_xyz", "ModuleNotFoundError"),
+        ("def f(n): return f(n + 1)\nf(0)", "RecursionError"),
+        ("class Boom(Exception): pass\nraise Boom('x')", "Boom"),
+        ("try:\n    1 / 0\nexcept ZeroDivisionError:\n    raise ValueError('wrapped')", "ValueError"),
+        ("import sys\nsys.exit(3)", NONZERO_EXIT),
+    ],
+)
+async def test_exception_kinds(sb: LocalSandbox, code: str, kind: str) -> None:
+    result = await sb.run_python(code)
+    assert not result.ok
+    assert result.error_kind == kind, result.stderr
+
+
+async def test_stdin_is_given(sb: LocalSandbox) -> None:
+    code = "import sys\ndata = sys.stdin.read().split()\nprint(sum(map(int, data)))"
+    result = await sb.run_python(code, stdin="1 2 3\n4\n")
+    assert result.ok and result.stdout == "10\n"
+    empty = await sb.run_python("import sys\nprint(repr(sys.stdin.read()))")
+    assert empty.stdout == "''\n"
+
+
+async def test_non_utf8_output_is_decoded_with_replacement(sb: LocalSandbox) -> None:
+    result = await sb.run_python("import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe end')")
+    assert result.ok
+    assert result.stdout == "ok \ufffd\ufffd end"
+
+
+async def test_segfault_is_named(sb: LocalSandbox) -> None:
+    result = await sb.run_python("import ctypes\nctypes.string_at(0)")
+    assert not result.ok and result.error_kind == SEGFAULT
+    await assert_healthy(sb)
+
+
+async def test_large_program_runs_from_a_file(sb: LocalSandbox) -> None:
+    code = "x = 0\n" + "x += 1\n" * 30_000 + "print(x)"  # > 128 KiB: too long for one argv string
+    result = await sb.run_python(code)
+    assert result.ok, result.stderr
+    assert result.stdout == "30000\n"
+
+
+# ------------------------------------------------------------------ limits
+
+
+@pytest.mark.parametrize("code", ["while True:\n    pass", "import time\ntime.sleep(1000)"])
+async def test_timeout_is_enforced(sb: LocalSandbox, code: str) -> None:
+    start = time.monotonic()
+    result = await sb.run_python(code, timeout=1.5)
+    elapsed = time.monotonic() - start
+    assert not result.ok and result.error_kind == TIMEOUT and result.exit_code is None
+    assert elapsed < 1.5 + 1.0, f"the contract is timeout + 1 s, took {elapsed:.2f} s"
+    await assert_healthy(sb)
+
+
+@pytest.mark.parametrize(
+    "code", ["blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 1024 * 1024))", "x = [0] * 10**10"]
+)
+async def test_memory_bomb_is_memory_error(sb: LocalSandbox, code: str) -> None:
+    small = LocalSandbox(isolation=sb.isolation, memory_mb=512)  # filling 512 MiB is quick; the default 2 GiB is not
+    try:
+        result = await small.run_python(code, timeout=30)
+        assert not result.ok and result.error_kind == MEMORY, result
+        await assert_healthy(small)
+    finally:
+        await small.close()
+
+
+async def test_output_flood_is_cut(sb: LocalSandbox) -> None:
+    start = time.monotonic()
+    result = await sb.run_python("while True:\n    print('x' * 1000)", timeout=20)
+    assert not result.ok and result.error_kind == OUTPUT_LIMIT
+    assert 0 < len(result.stdout.encode()) <= 200_000
+    assert time.monotonic() - start < 20, "a flood is stopped at the cap, not at the timeout"
+    await assert_healthy(sb)
+
+
+async def test_big_file_is_refused(sb: LocalSandbox) -> None:
+    small = LocalSandbox(isolation=sb.isolation, max_file_mb=1)
+    try:
+        result = await small.run_python("open('big.bin', 'wb').write(b'0' * (4 * 1024 * 1024))")
+        assert not result.ok, "RLIMIT_FSIZE must stop a 4 MiB write under a 1 MiB limit"
+        await assert_healthy(small)
+    finally:
+        await small.close()
+
+
+async def test_fork_bomb_is_contained(strong: LocalSandbox) -> None:
+    def host_processes() -> int:
+        return sum(1 for p in os.listdir("/proc") if p.isdigit())
+
+    before = host_processes()
+    result = await strong.run_python("import os\nwhile True:\n    os.fork()", timeout=5)
+    assert not result.ok
+    if strong.uid is not None:
+        assert _pids_of_uid(strong.uid) == []
+    assert host_processes() < before + 20, "fork bomb processes survived the call"
+    await assert_healthy(strong)
+
+
+# ------------------------------------------------------------------ cleanup and isolation
+
+
+def _procs_with(token: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if token.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("escape", [False, True])
+async def test_background_child_is_killed(sb: LocalSandbox, escape: bool) -> None:
+    if escape and sb.isolation != "bwrap" and sb.uid is None:
+        pytest.skip("a setsid escape is only caught with bwrap or a sandbox uid")
+    token = f"cleaner_bg_{uuid.uuid4().hex}"
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time  # {token}\\ntime.sleep(1000)'],"
+        f" start_new_session={escape}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "print('started')"
+    )
+    result = await sb.run_python(code, timeout=10)
+    assert result.ok and result.stdout == "started\n", result.stderr
+    leftovers = _procs_with(token)
+    for pid in leftovers:  # do not leave them running if the assertion fails
+        os.kill(pid, signal.SIGKILL)
+    assert leftovers == []
+    await assert_healthy(sb)
+
+
+async def test_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLEANER_TEST_SECRET", "hunter2-secret")
+    for isolation in ("auto", "none"):
+        sandbox = LocalSandbox(isolation=isolation)
+        try:
+            result = await sandbox.run_python("import os\nprint(dict(os.environ))")
+            assert result.ok
+            assert "hunter2-secret" not in result.stdout and "CLEANER_TEST_SECRET" not in result.stdout
+            home = await sandbox.run_python("import os\nprint(os.environ['HOME'] == os.getcwd())")
+            assert home.stdout == "True\n"
+        finally:
+            await sandbox.close()
+
+
+async def test_work_dir_persists_in_a_rollout_and_is_reset(sb: LocalSandbox) -> None:
+    wrote = await sb.run_python("open('state.txt', 'w').write('kept')\nprint('ok')")
+    assert wrote.ok
+    again = await sb.run_python("print(open('state.txt').read())")
+    assert again.stdout == "kept\n"
+    await sb.reset()
+    gone = await sb.run_python("import os\nprint(sorted(os.listdir('.')))")
+    assert gone.stdout == "[]\n"
+
+
+async def test_work_dirs_of_two_sandboxes_are_separate(sb: LocalSandbox) -> None:
+    other = LocalSandbox(isolation=sb.isolation)
+    try:
+        await sb.run_python("open('mine.txt', 'w').write('a')")
+        seen = await other.run_python("import os\nprint(os.path.exists('mine.txt'), os.getcwd())")
+        assert seen.stdout.startswith("False")
+        assert sb.workdir != other.workdir
+    finally:
+        await other.close()
+
+
+async def test_files_are_written_and_importable(sb: LocalSandbox) -> None:
+    result = await sb.run_python("import helper\nprint(helper.VALUE)", files={"helper.py": "VALUE = 7\n"})
+    assert result.ok and result.stdout == "7\n", result.stderr
+    with pytest.raises(ValueError, match="outside|\\.\\."):
+        await sb.run_python("pass", files={"../evil.py": "x"})
+
+
+async def test_no_network_under_bwrap(strong: LocalSandbox) -> None:
+    if strong.isolation != "bwrap":
+        pytest.skip("network isolation needs bwrap")
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    try:
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')"
+        result = await strong.run_python(code)
+        assert not result.ok and "connected" not in result.stdout
+    finally:
+        server.close()
+
+
+async def test_closed_sandbox_refuses_and_cleans_up() -> None:
+    sandbox = LocalSandbox()
+    base = sandbox.workdir.parent
+    await sandbox.close()
+    assert not base.exists()
+    with pytest.raises(RuntimeError, match="closed"):
+        await sandbox.run_python("print(1)")
+
+
+def test_bad_config_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="isolation"):
+        LocalConfig(isolation="chroot")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="memory_mb"):
+        LocalConfig(memory_mb=0)
+    with pytest.raises(ValueError, match="not an executable"):
+        LocalSandbox(python="/no/such/python")
+
+
+def test_bwrap_presence_is_reported() -> None:
+    # informative only: which isolation the rest of this file exercised
+    print("bwrap:", bwrap_path())
+
+
+# ------------------------------------------------------------------ classification (pure)
+
+
+def test_classify_sandbox_facts_come_first() -> None:
+    assert classify(None, "", timed_out=True) == TIMEOUT
+    assert classify(None, "", output_exceeded=True) == OUTPUT_LIMIT
+    assert classify(0, "Traceback (most recent call last):\n  File \"x\", line 1\nValueError") is None
+
+
+def test_classify_signals() -> None:
+    assert classify(-signal.SIGSEGV, "") == SEGFAULT
+    assert classify(-signal.SIGXCPU, "") == TIMEOUT
+    assert classify(-signal.SIGKILL, "") == KILLED
+    assert classify(-signal.SIGKILL, "", oom_killed=True) == MEMORY
+    assert classify(137, "", shell_signals=True) == KILLED
+    assert classify(139, "", shell_signals=True) == SEGFAULT
+    assert classify(137, "") == NONZERO_EXIT
+    assert classify(1, "") == NONZERO_EXIT
+    assert classify(-signal.SIGABRT, "terminate called after throwing an instance of 'std::bad_alloc'") == MEMORY
+
+
+def test_exception_name_takes_the_last_traceback() -> None:
+    chained = (
+        "Traceback (most recent call last):\n  File \"<string>\", line 2, in <module>\nKeyError: 'a'\n\n"
+        "During handling of the above exception, another exception occurred:\n\n"
+        "Traceback (most recent call last):\n  File \"<string>\", line 4, in <module>\n"
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 8.00 EiB\n"
+    )
+    assert exception_name(chained) == "_ArrayMemoryError"
+    assert classify(1, chained) == MEMORY
+    assert exception_name("just some text\n") is None
