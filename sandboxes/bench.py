@@ -1,0 +1,218 @@
+"""Benchmark of the sandbox backends: ``python -m sandboxes.bench`` prints one JSON object.
+
+Measured in the same run, so that the figures compare:
+
+- ``docker``: the Docker backend (warm container, fork per call over the attach socket);
+- ``docker_exec_transport``: the same, talking over one long-lived ``docker exec`` instead;
+- ``local``: the local backend (a fresh interpreter per call, rlimits, bubblewrap when usable);
+- ``baseline_docker_exec``: ``docker exec <container> python3 -c CODE`` per call;
+- ``baseline_fresh_python``: a fresh local ``python3 -c CODE`` per call.
+
+For each: p50/p99 latency of a trivial call and of a numpy call, throughput at
+concurrency 1, 4 and 8 (where it applies), and for docker the container cold start,
+the pool checkout time and the memory per idle container. The load average before
+and after is included: figures from a busy machine are not comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+TRIVIAL = "print(1)"
+NUMPY = "import numpy as np\nprint(float(np.linalg.det(np.eye(50) * 2)))"
+TARGETS = {"docker_trivial_p50_ms": 5.0, "docker_trivial_p99_ms": 25.0, "docker_calls_per_s_c8": 300.0,
+           "speedup_vs_docker_exec_p50": 20.0}
+
+Call = Callable[[str], Awaitable[Any]]
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def latency(call: Call, code: str, n: int) -> dict[str, float]:
+    """p50/p99 in milliseconds of ``n`` sequential calls (after two warm-up calls)."""
+    for _ in range(2):
+        await call(code)
+    times, inside = [], []
+    for _ in range(n):
+        start = time.perf_counter()
+        result = await call(code)
+        times.append((time.perf_counter() - start) * 1000)
+        if getattr(result, "ok", True) is False:
+            raise RuntimeError(f"benchmark call failed: {result}")
+        worker = getattr(result, "extra", {}).get("worker_duration")
+        if worker is not None:
+            inside.append(worker * 1000)
+    figures = {"p50_ms": round(_pct(times, 0.5), 2), "p99_ms": round(_pct(times, 0.99), 2),
+               "mean_ms": round(statistics.fmean(times), 2), "n": n}
+    if inside:  # the part spent inside the container (fork, run, collect), the rest is transport
+        figures["in_container_p50_ms"] = round(_pct(inside, 0.5), 2)
+    return figures
+
+
+async def throughput(calls: list[Call], total: int) -> float:
+    """Calls per second with one worker loop per entry of ``calls``, ``total`` calls in all."""
+    remaining = total
+
+    async def loop(call: Call) -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await call(TRIVIAL)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(loop(c) for c in calls))
+    return round(total / (time.perf_counter() - start), 1)
+
+
+async def bench_docker(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    from sandboxes.docker_backend import DockerBackend, DockerSandbox
+
+    backend = DockerBackend()
+    try:
+        cold = []
+        for _ in range(args.cold):
+            start = time.perf_counter()
+            sb = await DockerSandbox().start()
+            cold.append((time.perf_counter() - start) * 1000)
+            await sb.close()
+        await backend.prewarm(8)
+        checkout = []
+        for _ in range(args.n // 4):
+            start = time.perf_counter()
+            sb = await backend.acquire()
+            checkout.append((time.perf_counter() - start) * 1000)
+            await backend.release(sb)
+        sandboxes = [await backend.acquire() for _ in range(8)]
+        first = sandboxes[0]
+        result: dict[str, Any] = {
+            "trivial": await latency(lambda c: first.run_python(c), TRIVIAL, args.n),
+            "numpy": await latency(lambda c: first.run_python(c), NUMPY, args.n // 2),
+            "throughput_calls_per_s": {
+                str(c): await throughput([s.run_python for s in sandboxes[:c]], args.total) for c in (1, 4, 8)
+            },
+            "cold_start_ms": {"p50": round(_pct(cold, 0.5), 1), "max": round(max(cold), 1), "n": len(cold)},
+            "checkout_ms": {"p50": round(_pct(checkout, 0.5), 3), "p99": round(_pct(checkout, 0.99), 3),
+                            "includes": "acquire from a warm pool"},
+            "memory_mb_per_container": await asyncio.to_thread(_memory_mb, first._current.container),
+        }
+        out["docker"] = result
+        # The baseline: a new interpreter per call through `docker exec`, in a container of the same image.
+        cid = first.container_id
+        out["baseline_docker_exec"] = {
+            "trivial": await latency(lambda c: _subprocess(["docker", "exec", cid, "python3", "-c", c]), TRIVIAL,
+                                     args.baseline_n),
+            "numpy": await latency(lambda c: _subprocess(["docker", "exec", cid, "python3", "-c", c]), NUMPY,
+                                   args.baseline_n),
+        }
+        for sb in sandboxes:
+            await backend.release(sb)
+    finally:
+        await backend.shutdown()
+    sb = await DockerSandbox(transport="exec").start()
+    try:
+        out["docker_exec_transport"] = {"trivial": await latency(lambda c: sb.run_python(c), TRIVIAL, args.n)}
+    finally:
+        await sb.close()
+
+
+def _memory_mb(container: Any) -> dict[str, float]:
+    stats = container.stats(stream=False).get("memory_stats", {})
+    detail = stats.get("stats", {})
+    usage = stats.get("usage", 0)
+    cache = detail.get("total_inactive_file", detail.get("inactive_file", 0))
+    return {"usage": round(usage / 1e6, 1), "usage_minus_inactive_cache": round((usage - cache) / 1e6, 1),
+            "rss": round(detail.get("total_rss", detail.get("anon", 0)) / 1e6, 1)}
+
+
+async def _subprocess(argv: list[str]) -> Any:
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[:3]} failed: {err.decode(errors='replace')[-300:]}")
+    return out
+
+
+async def bench_local(args: argparse.Namespace, out: dict[str, Any]) -> None:
+    from sandboxes.backends import get_backend
+
+    backend = get_backend("local")
+    try:
+        sandboxes = [await backend.acquire() for _ in range(8)]
+        first = sandboxes[0]
+        out["local"] = {
+            "trivial": await latency(lambda c: first.run_python(c), TRIVIAL, args.baseline_n),
+            "numpy": await latency(lambda c: first.run_python(c), NUMPY, args.baseline_n),
+            "throughput_calls_per_s": {
+                str(c): await throughput([s.run_python for s in sandboxes[:c]], args.baseline_n) for c in (1, 4, 8)
+            },
+            "isolation": getattr(first, "isolation", None),
+        }
+        for sb in sandboxes:
+            await backend.release(sb)
+    finally:
+        await backend.shutdown()
+    python = [sys.executable, "-c"]
+    out["baseline_fresh_python"] = {
+        "trivial": await latency(lambda c: _subprocess([*python, c]), TRIVIAL, args.baseline_n),
+        "numpy": await latency(lambda c: _subprocess([*python, c]), NUMPY, args.baseline_n),
+    }
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "machine": {"cpus": os.cpu_count(), "load_avg_before": [round(x, 2) for x in os.getloadavg()],
+                    "python": platform.python_version(), "platform": platform.platform()},
+    }
+    if not args.skip_docker:
+        from sandboxes.docker_backend import docker_available, image_present
+
+        if docker_available() and image_present():
+            await bench_docker(args, out)
+        else:
+            out["docker"] = "skipped: no Docker engine or no sandbox image (sandboxes/ci_docker.sh)"
+    if not args.skip_local:
+        await bench_local(args, out)
+    out["machine"]["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+    if isinstance(out.get("docker"), dict) and "baseline_docker_exec" in out:
+        d, base = out["docker"], out["baseline_docker_exec"]
+        speedup = base["trivial"]["p50_ms"] / d["trivial"]["p50_ms"]
+        out["speedup_vs_docker_exec_p50"] = round(speedup, 1)
+        out["targets"] = {
+            "docker_trivial_p50_ms<=5": d["trivial"]["p50_ms"] <= TARGETS["docker_trivial_p50_ms"],
+            "docker_trivial_p99_ms<=25": d["trivial"]["p99_ms"] <= TARGETS["docker_trivial_p99_ms"],
+            "docker_calls_per_s_c8>=300": d["throughput_calls_per_s"]["8"] >= TARGETS["docker_calls_per_s_c8"],
+            "speedup_vs_docker_exec_p50>=20": speedup >= TARGETS["speedup_vs_docker_exec_p50"],
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandboxes.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=300, help="calls per latency figure of the docker backend")
+    parser.add_argument("--baseline-n", type=int, default=30, help="calls per figure of the slow baselines")
+    parser.add_argument("--total", type=int, default=1000, help="calls per throughput figure")
+    parser.add_argument("--cold", type=int, default=5, help="containers started to time the cold start")
+    parser.add_argument("--skip-docker", action="store_true")
+    parser.add_argument("--skip-local", action="store_true")
+    args = parser.parse_args(argv)
+    if min(args.n, args.baseline_n, args.total, args.cold) < 4:
+        parser.error("--n, --baseline-n, --total and --cold must be at least 4")
+    print(json.dumps(asyncio.run(main_async(args)), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

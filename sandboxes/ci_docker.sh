@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# CI setup of the sandboxes: install an engine, what the offline image build needs and bubblewrap,
+# start the daemon without any network of its own, and build (or reuse) the sandbox image.
+#
+#   sandboxes/ci_docker.sh          # install (if needed), start dockerd (if none answers), build the image
+#   sandboxes/ci_docker.sh stop     # stop the daemon this script started (and remove sandbox containers)
+#
+# Environment:
+#   DOCKERD_WAIT   seconds to wait for the daemon to answer (default 60)
+#   PYTHON         interpreter with the project installed (default python3)
+#   STATE_DIR      where the pid and log of the started daemon are kept (default /tmp/cleaner-dockerd)
+set -euo pipefail
+
+DOCKERD_WAIT="${DOCKERD_WAIT:-60}"
+PYTHON="${PYTHON:-python3}"
+STATE_DIR="${STATE_DIR:-/tmp/cleaner-dockerd}"
+PIDFILE="$STATE_DIR/dockerd.pid"
+LOGFILE="$STATE_DIR/dockerd.log"
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+log() { echo "[ci_docker] $*" >&2; }
+
+engine_answers() { $SUDO docker version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+
+stop() {
+  if [ -f "$PIDFILE" ]; then
+    pid="$(cat "$PIDFILE")"
+    if engine_answers; then
+      ids="$($SUDO docker ps -aq --filter label=cleaner.sandbox || true)"
+      if [ -n "$ids" ]; then $SUDO docker rm -f $ids >/dev/null || true; fi
+    fi
+    if kill -0 "$pid" 2>/dev/null; then
+      log "stopping dockerd (pid $pid)"
+      $SUDO kill "$pid"
+      for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+      if kill -0 "$pid" 2>/dev/null; then log "dockerd did not stop in 30 s; killing it"; $SUDO kill -9 "$pid"; fi
+    fi
+    rm -f "$PIDFILE"
+  else
+    log "no dockerd started by this script (no $PIDFILE); nothing to stop"
+  fi
+}
+
+install() {
+  local need=()
+  command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
+  command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
+  command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)  # the local backend's isolation
+  if [ "${#need[@]}" -gt 0 ]; then
+    log "installing ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+}
+
+start() {
+  if engine_answers; then
+    log "a Docker engine already answers; using it"
+    return
+  fi
+  mkdir -p "$STATE_DIR"
+  log "starting dockerd --bridge=none --iptables=false (log: $LOGFILE)"
+  # No bridge and no iptables rules: sandboxes run with network_mode=none and need no network at all.
+  $SUDO sh -c "nohup dockerd --bridge=none --iptables=false --ip6tables=false >'$LOGFILE' 2>&1 & echo \$! >'$PIDFILE'"
+  local waited=0
+  until engine_answers; do
+    if ! kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+      log "dockerd exited during start-up; last lines of $LOGFILE:"; tail -20 "$LOGFILE" >&2; exit 1
+    fi
+    if [ "$waited" -ge "$DOCKERD_WAIT" ]; then
+      log "dockerd did not answer within ${DOCKERD_WAIT} s; last lines of $LOGFILE:"; tail -20 "$LOGFILE" >&2; exit 1
+    fi
+    sleep 1; waited=$((waited + 1))
+  done
+  log "dockerd answers after ${waited} s"
+}
+
+case "${1:-setup}" in
+  stop) stop ;;
+  setup)
+    install
+    start
+    log "building the sandbox image (reused when its content hash is present)"
+    $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image build
+    ;;
+  *) echo "usage: $0 [setup|stop]" >&2; exit 2 ;;
+esac

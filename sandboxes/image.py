@@ -1,0 +1,225 @@
+"""The sandbox image: its recipe, its content-hash tag, and an offline build.
+
+The image holds Python 3 with numpy and sympy (Debian's packages) and one
+unprivileged user; nothing else. The warm interpreter (:mod:`sandboxes.worker`)
+is not baked in: it is passed to ``python3 -c`` when a container starts, so that
+a change to it never forces a rebuild.
+
+Two ways to build the same recipe, tagged by one content hash so that either is
+reused when present:
+
+- ``sandboxes/Dockerfile`` for machines that can pull ``debian:bookworm-slim``;
+- an offline build for machines that cannot pull: ``mmdebstrap`` installs the
+  packages from the host's own apt sources into a tarball, which ``docker import``
+  turns into an image.
+
+Usage::
+
+    python -m sandboxes.image build [--force] [--tarball PATH]
+    python -m sandboxes.image tag      # print the tag the recipe builds
+    python -m sandboxes.image status   # present or not
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPOSITORY = "cleaner-sandbox"
+#: Debian packages of the image (their dependencies come with them).
+PACKAGES: tuple[str, ...] = ("python3", "python3-numpy", "python3-sympy")
+SANDBOX_USER = "sandbox"
+SANDBOX_UID = 1000
+DOCKERFILE = Path(__file__).with_name("Dockerfile")
+#: Files dropped from the offline image to keep it small (documentation, manuals, translations).
+_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*", "/usr/share/lintian/*")
+#: Image configuration applied by ``docker import`` (a Dockerfile sets the same).
+IMPORT_CHANGES = [
+    f"USER {SANDBOX_UID}:{SANDBOX_UID}",
+    "WORKDIR /work",
+    "ENV PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 HOME=/work LANG=C.UTF-8",
+    'CMD ["python3"]',
+]
+
+
+def recipe() -> dict[str, object]:
+    """Everything that determines the image's content; its hash is the tag."""
+    return {
+        "packages": list(PACKAGES),
+        "suite": _host_suite(),
+        "user": [SANDBOX_USER, SANDBOX_UID],
+        "excludes": list(_EXCLUDES),
+        "changes": IMPORT_CHANGES,
+        "dockerfile": DOCKERFILE.read_text() if DOCKERFILE.exists() else "",
+    }
+
+
+def image_tag() -> str:
+    """``cleaner-sandbox:<12 hex digits of the recipe's sha256>``."""
+    digest = hashlib.sha256(json.dumps(recipe(), sort_keys=True).encode()).hexdigest()[:12]
+    return f"{REPOSITORY}:{digest}"
+
+
+def _host_suite() -> str:
+    """The Debian codename of the host (the suite whose packages the offline build installs)."""
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("VERSION_CODENAME="):
+                return line.split("=", 1)[1].strip().strip('"') or "bookworm"
+    except OSError:
+        pass
+    return "bookworm"
+
+
+def _host_sources() -> list[str]:
+    """The host's apt source files (deb822 ``.sources`` or one-line ``.list``) that are in use."""
+    found = []
+    main = Path("/etc/apt/sources.list")
+    if main.exists() and any(ln.strip() and not ln.lstrip().startswith("#") for ln in main.read_text().splitlines()):
+        found.append(str(main))
+    for path in sorted(Path("/etc/apt/sources.list.d").glob("*")):
+        if path.suffix in (".list", ".sources"):
+            found.append(str(path))
+    return found
+
+
+def _log(message: str) -> None:
+    print(f"[sandbox image] {message}", file=sys.stderr, flush=True)
+
+
+def _client():  # noqa: ANN202 - docker is imported lazily
+    import docker
+
+    return docker.from_env()
+
+
+def image_exists(tag: str | None = None) -> bool:
+    """Whether the engine holds the image ``tag`` (default: the current recipe's)."""
+    import docker.errors
+
+    try:
+        _client().images.get(tag or image_tag())
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def build_offline(tag: str | None = None, *, tarball: str | None = None, force: bool = False) -> str:
+    """Build the image with ``mmdebstrap`` from the host's apt sources and ``docker import`` it.
+
+    Returns the tag. Reuses an existing image of the same tag unless ``force``.
+    ``tarball`` keeps the root filesystem tarball at that path (and reuses it when present).
+    """
+    tag = tag or image_tag()
+    if not force and image_exists(tag):
+        _log(f"{tag} is present; reusing it")
+        return tag
+    if shutil.which("mmdebstrap") is None:
+        raise RuntimeError(
+            "mmdebstrap is not installed: run `apt-get install -y mmdebstrap` (or build from sandboxes/Dockerfile)"
+        )
+    sources = _host_sources()
+    if not sources:
+        raise RuntimeError(
+            "no apt sources found in /etc/apt/sources.list or /etc/apt/sources.list.d: cannot build offline"
+        )
+    workdir = tempfile.mkdtemp(prefix="cleaner-image-")
+    try:
+        out = tarball or os.path.join(workdir, "rootfs.tar")
+        if not (tarball and os.path.exists(tarball) and not force):
+            _bootstrap(out, sources)
+        size_mb = os.path.getsize(out) / 1e6
+        _log(f"importing {size_mb:.0f} MB root filesystem as {tag}")
+        start = time.monotonic()
+        repo, _, version = tag.partition(":")
+        api = _client().api
+        api.import_image_from_file(out, repository=repo, tag=version or "latest", changes=IMPORT_CHANGES)
+        _log(f"imported {tag} in {time.monotonic() - start:.1f} s")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return tag
+
+
+def _bootstrap(out: str, sources: list[str]) -> None:
+    """Run mmdebstrap into the tarball ``out``, showing its progress lines as they come."""
+    hook_user = (
+        f'echo "{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}::/work:/usr/sbin/nologin" >> "$1/etc/passwd"; '
+        f'echo "{SANDBOX_USER}:x:{SANDBOX_UID}:" >> "$1/etc/group"; '
+        f'mkdir -p "$1/work" && chown {SANDBOX_UID}:{SANDBOX_UID} "$1/work"; '
+        'rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/* "$1"/var/log/*'
+    )
+    cmd = [
+        "mmdebstrap",
+        "--variant=essential",
+        "--include=" + ",".join(PACKAGES),
+        *[f"--dpkgopt=path-exclude={pattern}" for pattern in _EXCLUDES],
+        "--customize-hook=" + hook_user,
+        _host_suite(),
+        out,
+        *sources,
+    ]
+    _log(f"bootstrapping {_host_suite()} with {', '.join(PACKAGES)} from {', '.join(sources)}")
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, errors="replace")
+    assert proc.stderr is not None
+    tail: list[str] = []
+    for line in proc.stderr:
+        line = line.rstrip()
+        tail = (tail + [line])[-30:]
+        if line.startswith(("I:", "E:", "W:")):  # mmdebstrap's stage lines (progress bars need a tty)
+            _log(f"[{time.monotonic() - start:5.0f} s] {line}")
+    if proc.wait() != 0:
+        last = "\n".join(tail)
+        raise RuntimeError(f"mmdebstrap failed (exit {proc.returncode}); last output:\n{last}")
+    _log(f"root filesystem built in {time.monotonic() - start:.0f} s ({os.path.getsize(out) / 1e6:.0f} MB)")
+
+
+def build_dockerfile(tag: str | None = None, *, force: bool = False) -> str:
+    """Build from ``sandboxes/Dockerfile`` (needs to pull ``debian:bookworm-slim``)."""
+    tag = tag or image_tag()
+    if not force and image_exists(tag):
+        _log(f"{tag} is present; reusing it")
+        return tag
+    api = _client().api
+    for chunk in api.build(path=str(DOCKERFILE.parent), dockerfile=DOCKERFILE.name, tag=tag, decode=True, rm=True):
+        if "stream" in chunk and chunk["stream"].strip():
+            _log(chunk["stream"].rstrip())
+        if "error" in chunk:
+            raise RuntimeError(f"docker build failed: {chunk['error']}")
+    return tag
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandboxes.image", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build the image unless present (offline by default)")
+    build.add_argument("--force", action="store_true", help="rebuild even if the tag is present")
+    build.add_argument("--tarball", help="keep (and reuse) the root filesystem tarball at this path")
+    build.add_argument("--dockerfile", action="store_true", help="build from sandboxes/Dockerfile (pulls a base image)")
+    sub.add_parser("tag", help="print the tag of the current recipe")
+    sub.add_parser("status", help="say whether the image is present (exit 1 if not)")
+    args = parser.parse_args(argv)
+    if args.command == "tag":
+        print(image_tag())
+        return 0
+    if args.command == "status":
+        present = image_exists()
+        print(f"{image_tag()} {'present' if present else 'absent'}")
+        return 0 if present else 1
+    if args.dockerfile:
+        print(build_dockerfile(force=args.force))
+    else:
+        print(build_offline(tarball=args.tarball, force=args.force))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

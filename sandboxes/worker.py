@@ -1,0 +1,739 @@
+"""The warm interpreter that runs inside a sandbox container (standard library only).
+
+Started once per container (``python3 -c <this file> <config json>``), it imports
+numpy and sympy once and then answers requests on its stdin with responses on
+its stdout, each a frame of a 4-byte big-endian length and a UTF-8 JSON object.
+Why: a fresh ``python3`` with numpy costs ~100-200 ms; a ``fork`` of a warm one costs
+about a millisecond, and a forked child still starts from a clean namespace.
+
+Requests (``op``):
+
+- ``ping``: answer ``{"ok": true, ...}`` (readiness and health).
+- ``run``: run ``code`` with ``timeout``, ``stdin`` and ``files`` (base64), answer the
+  outcome: ``exit_code`` (negative: killed by that signal), ``stdout``/``stderr``
+  (base64, each capped at ``max_output`` bytes while it is produced), ``timed_out``,
+  ``output_exceeded``, ``oom_killed``, ``state_lost``, ``duration``.
+- ``reset``: kill every process but the worker, empty the work and temp dirs,
+  forget the stateful session.
+
+Modes: stateless (default) forks a child per call, so every call sees a fresh
+namespace. Stateful keeps one forked *session* process whose namespace survives
+from call to call, as in a notebook; each call's stdin/stdout/stderr are handed
+to it as file descriptors over a Unix socket. A timeout kills the session (its
+state is lost, and the answer says so).
+
+After every call the whole process tree of the call is killed: every process in
+the container except the worker (and the stateful session) is sent SIGKILL, which
+also catches children that left the process group with ``setsid``. As PID 1 of
+the container the worker ignores signals it has no handler for, so the program
+cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned zombies.
+"""
+
+import base64
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+
+_LEN = struct.Struct(">I")
+_DEFAULTS = {
+    "preload": ["numpy", "sympy"],
+    "workdir": "/work",
+    "scratch": ["/tmp"],
+    "stateful": False,
+    "max_output": 4 * 1024 * 1024,
+    "fresh_workdir": False,
+}
+#: True only when the worker runs alone in a container's PID namespace (set from the config).
+CONTAINED = False
+_OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+# ---------------------------------------------------------------- framing
+
+
+def _read_exact(fd, n):
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, n - got)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def read_frame(fd):
+    """One JSON frame from ``fd``, or None at end of file."""
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    body = _read_exact(fd, _LEN.unpack(head)[0])
+    return None if body is None else json.loads(body)
+
+
+def write_frame(fd, obj):
+    body = json.dumps(obj).encode()
+    _write_all(fd, _LEN.pack(len(body)) + body)
+
+
+# ---------------------------------------------------------------- processes
+
+
+def _proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def other_pids(keep):
+    """Live (non-zombie) processes visible in /proc other than those in ``keep``.
+
+    Only inside a container of its own (``contained``) is that every process; run
+    anywhere else (a developer trying the worker out), the worker confines itself
+    to the processes whose parent chain leads back to it.
+    """
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            pid = int(name)
+            if pid not in keep and _proc_state(pid) not in (None, b"Z", b"X"):
+                if CONTAINED or _descends_from(pid, os.getpid()):
+                    pids.append(pid)
+    return pids
+
+
+def _descends_from(pid, ancestor):
+    for _ in range(64):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rpartition(b")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+#: Exit statuses collected by :func:`reap` for children someone may still ask about (pid -> status).
+REAPED = {}
+
+
+def reap():
+    """Collect every exited child (orphans are re-parented to PID 1, which is us)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        REAPED[pid] = status
+        if len(REAPED) > 1000:
+            REAPED.pop(next(iter(REAPED)))
+
+
+def kill_others(keep, once=()):
+    """SIGKILL every process but ``keep`` until none is left; return how many were killed.
+
+    The processes in ``once`` get one SIGKILL without being waited for (a program
+    process that has already reported its end is only finishing its exit).
+    """
+    killed = 0
+    for pid in once:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    keep = set(keep) | set(once)
+    for attempt in range(200):
+        pids = other_pids(keep)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        reap()
+        if attempt:
+            time.sleep(0.001)
+    reap()
+    return killed
+
+
+def oom_kills():
+    """The container's OOM-kill counter (cgroup v2 or v1), or None when unreadable."""
+    for path in _OOM_FILES:
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def empty_dir(path, remove_top=False):
+    """Remove everything below ``path`` (restoring permissions the program may have taken away)."""
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                empty_dir(entry.path, remove_top=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+    if remove_top:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- the program side (after fork)
+
+
+def _child_setup(workdir):
+    """What every forked program process does first: own session, OOM victim, default signals."""
+    os.setsid()
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # the program, never the worker, is what the OOM killer takes
+    except OSError:
+        pass
+    try:
+        # Inside the container's CPU share, the worker must win against a fork bomb to end it in time;
+        # a program alone in its container runs at full speed whatever its niceness.
+        os.nice(19)
+    except OSError:
+        pass
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        os.chdir(workdir)
+    except OSError:
+        os.chdir("/tmp")
+    if workdir not in sys.path:
+        sys.path.insert(0, workdir)
+
+
+def _bind_stdio(stdin_fd, stdout_fd, stderr_fd):
+    import io
+
+    for fd, target in ((stdin_fd, 0), (stdout_fd, 1), (stderr_fd, 2)):
+        if fd != target:
+            os.dup2(fd, target)
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "rb", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace")
+    sys.stderr = io.TextIOWrapper(
+        io.FileIO(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    )
+
+
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: B036 - the program may have broken its own streams
+            pass
+
+
+def execute(code, namespace):
+    """Run ``code`` in ``namespace`` as ``python3 -c`` would; return its exit status."""
+    import linecache
+    import traceback
+
+    linecache.cache["<string>"] = (len(code), None, code.splitlines(True), "<string>")
+    status = 0
+    try:
+        exec(compile(code, "<string>", "exec"), namespace)
+    except SystemExit as exc:
+        if exc.code is None:
+            status = 0
+        elif isinstance(exc.code, int):
+            status = exc.code & 0xFF
+        else:
+            print(exc.code, file=sys.stderr)
+            status = 1
+    except BaseException as exc:  # noqa: B036 - report every exception like the interpreter would
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # drop this frame
+        try:
+            traceback.print_exception(type(exc), exc, tb)
+        except BaseException:  # noqa: B036
+            os.write(2, f"{type(exc).__name__}\n".encode())
+        status = 1
+    _flush()
+    return status
+
+
+def _join_threads():
+    """Wait for the program's non-daemon threads, as the interpreter does at the end of ``python -c``."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        try:
+            threading._shutdown()
+        except BaseException:  # noqa: B036 - the program may have broken threading itself
+            pass
+        _flush()
+
+
+def _decode_status(status):
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _fresh_namespace():
+    return {"__name__": "__main__", "__builtins__": __builtins__, "__doc__": None}
+
+
+def _session_loop(sock, workdir):
+    """The stateful session: receive (code, stdio fds), run it in the kept namespace, report."""
+    namespace = _fresh_namespace()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 4, 3)
+        except OSError:
+            os._exit(0)
+        if len(msg) < 4 or len(fds) != 3:
+            os._exit(0)
+        rest = b""
+        size = _LEN.unpack(msg)[0]
+        while len(rest) < size:
+            chunk = sock.recv(size - len(rest))
+            if not chunk:
+                os._exit(0)
+            rest += chunk
+        _bind_stdio(*fds)
+        for fd in fds:
+            os.close(fd)
+        status = execute(rest.decode("utf-8", "replace"), namespace)
+        for target in (0, 1, 2):  # release the call's pipes so that the worker sees their end
+            os.dup2(devnull, target)
+        body = json.dumps({"exit_code": status}).encode()
+        sock.sendall(_LEN.pack(len(body)) + body)
+
+
+# ---------------------------------------------------------------- the worker side
+
+
+class Worker:
+    def __init__(self, config):
+        self.config = dict(_DEFAULTS, **config)
+        self.workdir = self.config["workdir"]
+        self.session_pid = None
+        self.session_sock = None
+        self.spare = None
+        self.finished = None  #: the last program process, done but maybe still exiting
+        #: processes that were there before the worker (an init, the exec transport's idle process)
+        self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if CONTAINED else set()
+        self.preloaded = []
+        for name in self.config["preload"]:
+            try:
+                __import__(name)
+                self.preloaded.append(name)
+            except Exception:  # noqa: BLE001 - a missing optional module is reported by ping
+                pass
+        gc.freeze()  # the preloaded objects stay out of the collector's way (fewer copy-on-write faults after fork)
+
+    def keep(self):
+        keep = {os.getpid(), os.getppid(), 1} | self.infrastructure
+        for pid in (self.session_pid, self.spare.pid if self.spare else None):
+            if pid is not None:
+                keep.add(pid)
+        return keep
+
+    def ping(self, request):
+        return {"ok": True, "pid": os.getpid(), "preloaded": self.preloaded, "python": sys.version.split()[0]}
+
+    def reset(self, request):
+        self.stop_session()
+        self.drop_spare()
+        killed = kill_others(self.keep())
+        empty_dir(self.workdir)
+        for path in self.config["scratch"]:
+            empty_dir(path)
+        return {"ok": True, "killed": killed}
+
+    def after_response(self):
+        """Work done once the answer is out, so that it overlaps the host's turn: kill leftovers, fork the spare."""
+        finished, self.finished = self.finished, None
+        kill_others(self.keep(), once=() if finished is None else (finished,))
+        if not self.config["stateful"] and self.spare is None:
+            self.spare = _Spare(self.workdir)
+
+    # ---- the stateful session
+
+    def stop_session(self):
+        if self.session_pid is not None:
+            try:
+                os.kill(self.session_pid, signal.SIGKILL)
+                os.waitpid(self.session_pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.session_pid = None
+        if self.session_sock is not None:
+            self.session_sock.close()
+            self.session_sock = None
+
+    def start_session(self):
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:  # the session process
+            try:
+                parent.close()
+                keep = child.fileno()
+                os.closerange(3, keep)
+                os.closerange(keep + 1, 1024)
+                _child_setup(self.workdir)
+                _session_loop(child, self.workdir)
+            finally:
+                os._exit(70)
+        child.close()
+        self.session_pid, self.session_sock = pid, parent
+
+    def drop_spare(self):
+        if self.spare is not None:
+            self.spare.discard()
+            self.spare = None
+
+    # ---- one call
+
+    def _prepare(self, request):
+        """Make the work dir usable and write the request's files; return an error text or None."""
+        os.makedirs(self.workdir, exist_ok=True)
+        if self.config["fresh_workdir"]:
+            empty_dir(self.workdir)
+        try:
+            os.chmod(self.workdir, 0o700)
+        except OSError:
+            pass
+        for name, data in (request.get("files") or {}).items():
+            path = os.path.normpath(os.path.join(self.workdir, name))
+            if os.path.isabs(name) or not path.startswith(self.workdir + os.sep):
+                return f"file name {name!r} leaves the work dir"
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(data))
+        return None
+
+    def run(self, request):
+        start = time.monotonic()
+        problem = self._prepare(request)
+        if problem:
+            return {"error": problem}
+        timeout = float(request.get("timeout", 10.0))
+        cap = int(request.get("max_output", self.config["max_output"]))
+        stdin_data = base64.b64decode(request.get("stdin", ""))
+        code = request["code"]
+        oom_before = oom_kills()
+        state_lost = False
+        if self.config["stateful"]:
+            if self.session_pid is None:
+                self.start_session()
+            in_r, in_w = os.pipe()
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            payload = code.encode("utf-8", "surrogatepass")
+            try:
+                socket.send_fds(self.session_sock, [_LEN.pack(len(payload))], [in_r, out_w, err_w])
+                self.session_sock.sendall(payload)
+            except OSError:
+                state_lost = True
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+            call = _Call(None, in_w, out_r, err_r, self.session_sock.fileno())
+        else:
+            spare, self.spare = self.spare or _Spare(self.workdir), None
+            call = _Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r)
+            try:
+                write_frame(spare.ctl_w, {"code": code})
+            except OSError:
+                pass  # the spare died; its exit status tells
+            os.close(spare.ctl_w)
+        outcome = self._supervise(call, stdin_data, timeout, cap, start)
+        outcome["state_lost"] = state_lost or outcome.pop("session_died", False)
+        oom_after = oom_kills()
+        outcome["oom_killed"] = oom_before is not None and oom_after is not None and oom_after > oom_before
+        outcome["duration"] = time.monotonic() - start
+        return outcome
+
+    def _supervise(self, call, stdin_data, timeout, cap, start):
+        """Feed stdin, collect capped output, and wait for the call's end or its deadline.
+
+        The usual end is the status the program process (or session) writes after it
+        has released its stdout and stderr; then, when the pipes are at their end
+        (nothing left behind holds them), the answer goes out at once and the process
+        tree is cleaned up after it (:meth:`after_response`). Otherwise (timeout,
+        flood, a crash, something left behind holding the pipes) every process is
+        killed before answering.
+        """
+        pid, in_w, out_r, err_r = call.pid, call.in_w, call.out_r, call.err_r
+        sel = selectors.DefaultSelector()
+        bufs = {out_r: bytearray(), err_r: bytearray()}
+        owned = {in_w, out_r, err_r}  # descriptors this call must close
+        if pid is not None:
+            owned.add(call.status_fd)
+        sel.register(out_r, selectors.EVENT_READ)
+        sel.register(err_r, selectors.EVENT_READ)
+        sel.register(call.status_fd, selectors.EVENT_READ)
+        pending = memoryview(stdin_data)
+        if pending:
+            os.set_blocking(in_w, False)
+            sel.register(in_w, selectors.EVENT_WRITE)
+        else:
+            os.close(in_w)
+            owned.discard(in_w)
+            in_w = -1  # its number may be reused below
+        watch = None
+        if pid is not None and hasattr(os, "pidfd_open"):
+            try:
+                watch = os.pidfd_open(pid)
+                owned.add(watch)
+                sel.register(watch, selectors.EVENT_READ)
+            except OSError:
+                watch = None
+        deadline = start + timeout
+        timed_out = exceeded = done = reaped = session_died = status_seen = False
+        exit_code = None
+        while not done:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            poll = remaining if (watch is not None or pid is None) else min(remaining, 0.005)
+            for key, _ in sel.select(poll):
+                fd = key.fd
+                if fd == in_w:
+                    try:
+                        pending = pending[os.write(in_w, pending[:65536]) :]
+                    except (BlockingIOError, InterruptedError):
+                        continue
+                    except OSError:  # the program closed its stdin
+                        pending = memoryview(b"")
+                    if not pending:
+                        sel.unregister(in_w)
+                        os.close(in_w)
+                        owned.discard(in_w)
+                        in_w = -1
+                elif fd in bufs:
+                    chunk = os.read(fd, 65536)
+                    if not chunk:
+                        sel.unregister(fd)
+                        continue
+                    bufs[fd] += chunk
+                    if len(bufs[fd]) > cap:
+                        del bufs[fd][cap:]
+                        exceeded = done = True
+                elif fd == call.status_fd:
+                    if pid is None:
+                        frame = read_frame(fd)
+                        session_died = frame is None
+                        exit_code = None if frame is None else frame["exit_code"]
+                        status_seen = frame is not None
+                    else:
+                        data = _read_exact(fd, 4)
+                        if data is not None:
+                            exit_code, status_seen = _LEN.unpack(data)[0], True
+                    done = True
+                elif fd == watch:
+                    done = True
+            if pid is not None and watch is None and not done:
+                wpid, status = os.waitpid(pid, os.WNOHANG)
+                if wpid == pid:
+                    exit_code, reaped, done = _decode_status(status), True, True
+        for fd in (call.status_fd, watch):
+            if fd is not None and fd in sel.get_map():
+                sel.unregister(fd)
+        at_end = False
+        if not (timed_out or exceeded):
+            exceeded, at_end = self._drain(sel, bufs, cap, wait=0.0)
+        if not (status_seen and at_end and not exceeded):
+            # The slow path: kill the whole tree now, then collect what is left in the pipes.
+            if pid is None:
+                self.stop_session()
+                session_died = session_died or timed_out or exceeded
+            kill_others(self.keep())
+            if pid is not None and not reaped:
+                code = self._wait(pid)
+                if not status_seen:
+                    exit_code = code
+            more, _ = self._drain(sel, bufs, cap, wait=0.5)
+            exceeded = exceeded or more
+        elif pid is not None:
+            self.finished = pid
+        if timed_out or exceeded:
+            exit_code = None
+        sel.close()
+        for fd in owned:
+            os.close(fd)
+        return {
+            "exit_code": exit_code,
+            "timed_out": timed_out,
+            "output_exceeded": exceeded,
+            "session_died": session_died,
+            "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
+            "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
+        }
+
+    def _wait(self, pid):
+        """Reap the program process; its exit status, negative for a signal."""
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            if pid not in REAPED:
+                return None
+            status = REAPED.pop(pid)
+        return _decode_status(status)
+
+    def _drain(self, sel, bufs, cap, wait):
+        """Read what the output pipes still hold, until their end or ``wait`` seconds.
+
+        Returns (passed the cap, both pipes at their end).
+        """
+        exceeded = False
+        deadline = time.monotonic() + wait
+        while True:
+            if not any(k.fd in bufs for k in sel.get_map().values()):
+                return exceeded, True
+            progressed = False
+            for key, _ in sel.select(max(0.0, deadline - time.monotonic())):
+                try:
+                    chunk = os.read(key.fd, 65536)
+                except OSError:
+                    chunk = b""
+                progressed = True
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                room = cap - len(bufs[key.fd])
+                if len(chunk) > room:
+                    exceeded = True
+                bufs[key.fd] += chunk[: max(room, 0)]
+            if not progressed and time.monotonic() >= deadline:
+                return exceeded, False
+
+
+class _Call:
+    """The descriptors of one running call: stdin to feed, output to read, where the status comes."""
+
+    def __init__(self, pid, in_w, out_r, err_r, status_fd):
+        self.pid, self.in_w, self.out_r, self.err_r, self.status_fd = pid, in_w, out_r, err_r, status_fd
+
+
+class _Spare:
+    """A program process forked ahead of its call (so the fork is off the critical path).
+
+    It is set up completely (own session, stdio on fresh pipes, work dir) and waits
+    for its code on a control pipe; after running it, it releases its stdio and
+    writes its exit status to a status pipe.
+    """
+
+    def __init__(self, workdir):
+        in_r, self.in_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        ctl_r, self.ctl_w = os.pipe()
+        self.st_r, st_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            status = 70
+            try:
+                for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
+                    os.close(fd)
+                _child_setup(workdir)
+                _bind_stdio(in_r, out_w, err_w)
+                ctl = os.dup2(ctl_r, 3)
+                st = os.dup2(st_w, 4)
+                os.closerange(5, 1024)
+                request = read_frame(ctl)
+                if request is None:
+                    os._exit(0)
+                os.close(ctl)
+                status = execute(request["code"], _fresh_namespace())
+                _join_threads()
+                devnull = os.open(os.devnull, os.O_RDWR)
+                for target in (0, 1, 2):  # release the pipes so that the worker sees their end
+                    os.dup2(devnull, target)
+                os.write(st, _LEN.pack(status))
+            finally:
+                os._exit(status)
+        for fd in (in_r, out_w, err_w, ctl_r, st_w):
+            os.close(fd)
+
+    def discard(self):
+        for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def main():
+    global CONTAINED
+    config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    CONTAINED = bool(config.get("contained"))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
+    # Requests come on fd 0 and answers go to fd 1; move them out of the way of the programs' stdio.
+    req_fd = os.dup(0)
+    resp_fd = os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    os.set_inheritable(req_fd, False)
+    os.set_inheritable(resp_fd, False)
+    worker = Worker(config)
+    handlers = {"ping": worker.ping, "run": worker.run, "reset": worker.reset}
+    while True:
+        request = read_frame(req_fd)
+        if request is None:
+            break
+        handler = handlers.get(request.get("op"))
+        try:
+            response = handler(request) if handler else {"error": f"unknown op {request.get('op')!r}"}
+        except Exception as exc:  # noqa: BLE001 - the worker answers every request, even after a bug
+            response = {"error": f"worker error: {type(exc).__name__}: {exc}"}
+        response["id"] = request.get("id")
+        write_frame(resp_fd, response)
+        worker.after_response()
+    worker.stop_session()
+    worker.drop_spare()
+    kill_others(worker.keep())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,348 @@
+"""The Docker backend: isolation settings, results, modes, pool and health.
+
+Runs against a real engine and the real sandbox image. Skips only when the
+environment variable ``CI`` is unset and no engine (or image) is there; under CI a
+missing engine is a failure, so that these tests can never silently not run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import pytest
+import pytest_asyncio
+
+from sandboxes.base import ExecResult
+
+pytestmark = [pytest.mark.docker, pytest.mark.asyncio(loop_scope="module")]
+
+
+def require_docker() -> None:
+    """Skip (locally) or fail (under CI) unless an engine answers and holds the sandbox image."""
+    from sandboxes.docker_backend import docker_available, image_present
+
+    if docker_available() and image_present():
+        return
+    what = "the sandbox image is not built" if docker_available() else "no Docker engine answers"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set but {what}: run `sandboxes/ci_docker.sh` before the tests")
+    pytest.skip(f"{what} (start one with sandboxes/ci_docker.sh; docs/docker.md)")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def backend():
+    require_docker()
+    from sandboxes.docker_backend import DockerBackend
+
+    b = DockerBackend(pool_size=1)
+    yield b
+    await b.shutdown()
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def sandbox(backend):
+    sb = await backend.acquire()
+    yield sb
+    await backend.release(sb)
+
+
+async def test_container_is_locked_down(sandbox) -> None:
+    container = sandbox._current.container
+    container.reload()
+    host = container.attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["Memory"] == 512 * 1024**2 and host["MemorySwap"] == host["Memory"]
+    assert host["PidsLimit"] == 64 and host["NanoCpus"] == 10**9
+    assert not host.get("Binds") and container.attrs["Mounts"] == []
+    assert not host.get("Privileged")
+    assert set(host["Tmpfs"]) == {"/work", "/tmp"} and "size=64m" in host["Tmpfs"]["/work"]
+    assert container.attrs["Config"]["User"] == "1000:1000"
+
+
+async def test_inside_view(sandbox) -> None:
+    code = (
+        "import os\n"
+        "print(os.getuid(), os.getgid(), os.getcwd())\n"
+        "print(sorted(os.listdir('/sys/class/net')))\n"
+        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\n"
+        "print(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])\n"
+    )
+    r = await sandbox.run_python(code, timeout=5)
+    assert r.ok, r.stderr
+    uid_line, net, caps, nnp = r.stdout.splitlines()
+    assert uid_line == "1000 1000 /work"
+    assert net == "['lo']"  # no interface but loopback
+    assert int(caps, 16) == 0
+    assert nnp == "1"
+
+
+async def test_trivial_numpy_and_sympy(sandbox) -> None:
+    r = await sandbox.run_python("import numpy as np, sympy as sp\nprint(np.arange(4).sum(), sp.factorint(360))")
+    assert r.ok and r.stdout == "6 {2: 3, 3: 2, 5: 1}\n" and r.exit_code == 0 and r.error_kind is None
+    assert not r.sandbox_failed and r.extra["backend"] == "docker"
+
+
+@pytest.mark.parametrize(
+    ("code", "kind", "exit_code"),
+    [
+        ("print(", "SyntaxError", 1),
+        ("1/0", "ZeroDivisionError", 1),
+        ("undefined_name", "NameError", 1),
+        ("import sys; sys.exit(3)", "NonZeroExit", 3),
+        ("raise SystemExit('bye')", "NonZeroExit", 1),
+        ("import sys; sys.exit(0)", None, 0),
+        ("import nonexistent_module_xyz", "ModuleNotFoundError", 1),
+    ],
+)
+async def test_error_kinds(sandbox, code: str, kind: str | None, exit_code: int) -> None:
+    r = await sandbox.run_python(code, timeout=5)
+    assert r.error_kind == kind and r.exit_code == exit_code and r.ok is (kind is None)
+    assert not r.sandbox_failed
+
+
+async def test_traceback_shows_the_program_not_the_worker(sandbox) -> None:
+    r = await sandbox.run_python("x = 1\ny = x / 0\n")
+    assert 'File "<string>", line 2' in r.stderr and "y = x / 0" in r.stderr
+    assert "worker" not in r.stderr and r.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
+
+
+async def test_timeout(sandbox) -> None:
+    r = await sandbox.run_python("print('started', flush=True)\nwhile True: pass", timeout=1)
+    assert not r.ok and r.error_kind == "Timeout" and r.exit_code is None
+    assert r.stdout == "started\n"  # what came before the deadline is kept
+    assert r.duration < 2.0
+    assert (await sandbox.run_python("print('next')")).stdout == "next\n"
+
+
+async def test_output_cap_stops_a_flood(sandbox) -> None:
+    cap = sandbox.config.max_output
+    r = await sandbox.run_python("import sys\nwhile True: sys.stdout.write('y' * 65536)", timeout=10)
+    assert r.error_kind == "OutputLimitExceeded" and not r.ok
+    assert len(r.stdout) == cap and r.extra["truncated_at_bytes"] == cap
+    assert r.duration < 5
+
+
+async def test_stdin_and_files(sandbox) -> None:
+    r = await sandbox.run_python(
+        "import sys\nprint(sys.stdin.read().upper(), open('data/in.txt').read(), open('b.bin','rb').read())",
+        stdin="hello", files={"data/in.txt": "file text", "b.bin": b"\x00\x01"},
+    )
+    assert r.ok and r.stdout == "HELLO file text b'\\x00\\x01'\n"
+
+
+async def test_large_stdin_is_streamed(sandbox) -> None:
+    data = "1\n" * 500_000
+    r = await sandbox.run_python("import sys\nprint(sum(map(int, sys.stdin)))", stdin=data, timeout=10)
+    assert r.ok and r.stdout == "500000\n"
+
+
+async def test_bad_input_is_refused_clearly(sandbox) -> None:
+    with pytest.raises(ValueError, match="relative path"):
+        await sandbox.run_python("pass", files={"../escape": "x"})
+    with pytest.raises(ValueError, match="relative path"):
+        await sandbox.run_python("pass", files={"/etc/passwd": "x"})
+    with pytest.raises(ValueError, match="timeout"):
+        await sandbox.run_python("pass", timeout=0)
+    with pytest.raises(TypeError, match="code"):
+        await sandbox.run_python(b"print(1)")  # type: ignore[arg-type]
+
+
+async def test_non_utf8_output(sandbox) -> None:
+    r = await sandbox.run_python("import sys\nsys.stdout.buffer.write(b'\\xff\\xfeok\\n')")
+    assert r.ok and r.stdout.endswith("ok\n") and "\ufffd" in r.stdout
+
+
+async def test_stateless_calls_share_nothing(sandbox) -> None:
+    await sandbox.run_python("x = 41\nimport builtins\nbuiltins.leak = 1\nopen('f.txt', 'w').write('x')")
+    r = await sandbox.run_python(
+        "import builtins, os\nprint('x' in globals(), hasattr(builtins, 'leak'), 'f.txt' in os.listdir('.'))"
+    )
+    assert r.stdout == "False False True\n"  # files last until the sandbox is reset, as in the local backend
+
+
+async def test_fresh_workdir_option_empties_it_per_call() -> None:
+    require_docker()
+    from sandboxes.docker_backend import DockerSandbox
+
+    sb = await DockerSandbox(fresh_workdir=True).start()
+    try:
+        await sb.run_python("open('f.txt', 'w').write('x')")
+        assert (await sb.run_python("import os\nprint(os.listdir('.'))")).stdout == "[]\n"
+    finally:
+        await sb.close()
+
+
+async def test_files_and_processes_cleared_on_release(backend) -> None:
+    sb = await backend.acquire()
+    await sb.run_python(
+        "import subprocess\nsubprocess.Popen(['sleep', '1000'])\n"
+        "for path in ('kept.txt', '/tmp/t.txt', '/dev/shm/s.txt'):\n    open(path, 'w').write('x')"
+    )
+    assert (await sb.run_python("import os\nprint(os.path.exists('kept.txt'))")).stdout == "True\n"
+    container = sb.container_id
+    await backend.release(sb)
+    again = await backend.acquire()
+    try:
+        assert again.container_id == container  # the warm container was reused
+        r = await again.run_python(
+            "import os\nprint(sorted(open(f'/proc/{p}/comm').read().strip() for p in os.listdir('/proc')"
+            " if p.isdigit()))"
+        )
+        assert "sleep" not in r.stdout, r.stdout
+        r = await again.run_python(
+            "import os\nprint([os.path.exists(p) for p in ('kept.txt', '/tmp/t.txt', '/dev/shm/s.txt')])"
+        )
+        assert r.stdout == "[False, False, False]\n"
+    finally:
+        await backend.release(again)
+
+
+async def test_stateful_mode_keeps_variables_and_says_when_lost() -> None:
+    require_docker()
+    from sandboxes.docker_backend import DockerSandbox
+
+    sb = await DockerSandbox(stateful=True).start()
+    try:
+        assert (await sb.run_python("import numpy as np\nx = np.arange(3)")).ok
+        r = await sb.run_python("print(x.sum())")
+        assert r.ok and r.stdout == "3\n" and r.extra["state_lost"] is False
+        r = await sb.run_python("1/0")
+        assert r.error_kind == "ZeroDivisionError"
+        assert (await sb.run_python("print(x.sum())")).stdout == "3\n"  # an exception keeps the state
+        r = await sb.run_python("while True: pass", timeout=1)
+        assert r.error_kind == "Timeout" and r.extra["state_lost"] is True
+        r = await sb.run_python("print('x' in globals())")
+        assert r.ok and r.stdout == "False\n"
+        await sb.reset()
+        assert (await sb.run_python("y = 1")).ok
+        await sb.reset()
+        assert (await sb.run_python("print('y' in globals())")).stdout == "False\n"
+    finally:
+        await sb.close()
+
+
+async def test_exec_transport_works() -> None:
+    require_docker()
+    from sandboxes.docker_backend import DockerSandbox
+
+    sb = await DockerSandbox(transport="exec").start()
+    try:
+        r = await sb.run_python("import numpy\nprint(numpy.ones(2).sum())")
+        assert r.ok and r.stdout == "2.0\n"
+        r = await sb.run_python("import subprocess\nsubprocess.Popen(['sleep', '1000'])\nwhile True: pass", timeout=1)
+        assert r.error_kind == "Timeout"
+        assert (await sb.run_python("print(1)")).stdout == "1\n"
+    finally:
+        await sb.close()
+
+
+async def test_pool_gives_distinct_containers_and_bounds_them() -> None:
+    require_docker()
+    from sandboxes.docker_backend import DockerBackend
+
+    b = DockerBackend(max_containers=2)
+    try:
+        first, second = await b.acquire(), await b.acquire()
+        assert first.container_id != second.container_id
+        third = asyncio.ensure_future(b.acquire())
+        await asyncio.sleep(0.2)
+        assert not third.done()  # at the bound, acquire waits for a release
+        await b.release(first)
+        got = await asyncio.wait_for(third, 30)
+        assert got.container_id == first.container_id
+        results = await asyncio.gather(second.run_python("print(2)"), got.run_python("print(3)"))
+        assert [r.stdout for r in results] == ["2\n", "3\n"]
+        ids = [second.container_id, got.container_id]
+        from sandboxes.docker_backend import DockerSandbox
+
+        with pytest.raises(ValueError, match="acquired from this backend"):
+            await b.release(DockerSandbox())  # never acquired here
+    finally:
+        await b.shutdown()
+    import docker
+
+    client = docker.from_env()
+    for cid in ids:
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(cid)
+
+
+async def test_get_backend_builds_the_docker_backend() -> None:
+    require_docker()
+    from sandboxes.backends import get_backend
+    from sandboxes.docker_backend import DockerBackend
+
+    b = get_backend("docker", memory="256m")
+    assert isinstance(b, DockerBackend) and b.config.memory == "256m"
+    with pytest.raises(ValueError, match="bad option"):
+        get_backend("docker", no_such_option=1)
+    with pytest.raises(ValueError, match="transport"):
+        get_backend("docker", transport="carrier-pigeon")
+
+
+async def test_dead_container_is_a_sandbox_failure_and_is_replaced() -> None:
+    require_docker()
+    from sandboxes.docker_backend import DockerSandbox
+
+    sb = await DockerSandbox().start()
+    try:
+        old = sb.container_id
+        sb._current.container.kill()
+        r = await sb.run_python("print('never runs')", timeout=2)
+        assert isinstance(r, ExecResult) and r.sandbox_failed and not r.ok and r.error_kind == "SandboxError"
+        assert old[:12] in r.stderr
+        r = await sb.run_python("print('fresh')", timeout=2)
+        assert r.ok and r.stdout == "fresh\n" and sb.container_id != old and sb.replacements == 1
+    finally:
+        await sb.close()
+
+
+async def test_missing_image_is_a_clear_error() -> None:
+    require_docker()
+    from sandboxes.docker_backend import DockerBackend
+
+    b = DockerBackend(image="cleaner-sandbox:does-not-exist")
+    with pytest.raises(RuntimeError, match="python -m sandboxes.image build"):
+        await b.acquire()
+
+
+async def test_image_tag_is_a_content_hash() -> None:
+    from sandboxes import image
+
+    tag = image.image_tag()
+    assert tag.startswith("cleaner-sandbox:") and len(tag.split(":")[1]) == 12
+    assert tag == image.image_tag()
+    original = image.PACKAGES
+    try:
+        image.PACKAGES = (*original, "python3-scipy")
+        assert image.image_tag() != tag
+    finally:
+        image.PACKAGES = original
+
+
+async def test_duration_is_measured(sandbox) -> None:
+    t = time.monotonic()
+    r = await sandbox.run_python("import time\ntime.sleep(0.3)")
+    assert r.ok and 0.3 <= r.duration <= time.monotonic() - t
+
+
+async def test_a_cancelled_call_leaves_the_sandbox_usable() -> None:
+    require_docker()
+    from sandboxes.docker_backend import DockerSandbox
+
+    sb = await DockerSandbox().start()
+    try:
+        call = asyncio.ensure_future(sb.run_python("import time\ntime.sleep(5)\nprint('late')", timeout=10))
+        await asyncio.sleep(0.3)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        r = await sb.run_python("print('after')", timeout=5)
+        assert r.ok and r.stdout == "after\n"  # not the late answer of the cancelled call
+    finally:
+        await sb.close()
