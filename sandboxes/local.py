@@ -259,8 +259,10 @@ class LocalSandbox(Sandbox):
         return self._lease.uid if self._lease else None
 
     def _make_dirs(self) -> None:
+        """Create the work dir and /tmp, or heal them: a program may have deleted or chmod-ed them."""
         for d in (self.workdir, self._tmpdir):
-            d.mkdir(mode=0o700)
+            d.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(d, 0o700)
             if self._lease is not None:
                 os.chown(d, self._lease.uid, self._lease.gid)
 
@@ -482,6 +484,7 @@ class LocalSandbox(Sandbox):
         self, argv: list[str], data: bytes, timeout: float, cpu: int, nproc: int, env: dict[str, str], cwd: Path
     ) -> ExecResult:
         start = time.monotonic()
+        self._make_dirs()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,

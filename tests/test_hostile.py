@@ -210,7 +210,7 @@ async def _sandbox(name: str, backends, sandboxes):
 
 
 #: Known weaknesses of the local backend (reported to its owner); not strict, so that a fix is welcome silently.
-LOCAL_XFAIL = {"lock_the_work_dir": "the local backend does not restore the permissions of its work dir"}
+LOCAL_XFAIL: dict[str, str] = {}
 PARAMS = [
     pytest.param(
         case, backend, id=f"{case.name}-{backend}",
