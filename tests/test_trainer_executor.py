@@ -1,0 +1,262 @@
+"""The OpenRLHF agent executor against a scripted engine (a mock of the GPU vLLM engine).
+
+The executor is imported with the real ``openrlhf`` package; the engine returns fixed
+token ids (the SmolLM2 tokenizer's ids of scripted texts, plus end-of-turn), so the
+observation tokens and action ranges after a shallow and after a deep SAAR rewrite
+are exact. Tool calls run in a real local sandbox.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("openrlhf.utils.agent")
+
+from openrlhf.utils.agent import AgentExecutorBase  # noqa: E402
+
+from harness.protocol import serialize_call  # noqa: E402
+from harness.rollout import RolloutConfig, rollout  # noqa: E402
+from harness.saar import SaarConfig  # noqa: E402
+from sandboxes.base import ExecResult, Sandbox  # noqa: E402
+from trainers import _compat  # noqa: E402
+from trainers.data import TrainItem  # noqa: E402
+from trainers.executor import AgentExecutor, ExecutorConfig  # noqa: E402
+from trainers.tokens import TemplateError, assemble  # noqa: E402
+
+A, B = 12345678, 87654321
+ANSWER = str(A * B)
+BROKEN = f"print({A} * {B}"  # SyntaxError
+FIXED = f"print({A} * {B})"  # close to BROKEN: shallow
+OTHER = f"a = {A}\nb = {B}\nresult = a * b\nprint(result)"  # far from BROKEN: deep
+
+T1 = "I will multiply with the tool.\n" + serialize_call(BROKEN)
+SHALLOW_REGEN = "Closing the parenthesis.\n" + serialize_call(FIXED)
+DEEP_REGEN = "Let me name the numbers first.\n" + serialize_call(OTHER)
+FINAL = f"The product is \\boxed{{{ANSWER}}}."
+WRONG = "The product is \\boxed{42}."
+
+
+class _SubprocessSandbox(Sandbox):
+    """A plain child-process sandbox, used only when sandboxes.local is not in this checkout."""
+
+    backend = "subprocess"
+
+    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None):
+        start = time.monotonic()
+        with tempfile.TemporaryDirectory() as tmp:
+            argv = [sys.executable, "-c", code]
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=tmp)
+        kind = None
+        if proc.returncode:
+            last = (proc.stderr.strip().splitlines() or ["Error"])[-1]
+            kind = last.split(":")[0].strip() or "NonZeroExit"
+        return ExecResult(proc.returncode == 0, proc.stdout, proc.stderr, proc.returncode, kind,
+                          time.monotonic() - start)
+
+
+class _Backend:
+    """acquire/release over one real sandbox (the shape of sandboxes.backends.Backend)."""
+
+    def __init__(self) -> None:
+        try:
+            from sandboxes.local import LocalSandbox
+
+            self.sandbox: Sandbox = LocalSandbox()
+        except ImportError:
+            self.sandbox = _SubprocessSandbox()
+        self.released = 0
+
+    async def acquire(self) -> Sandbox:
+        return self.sandbox
+
+    async def release(self, sb: Sandbox) -> None:
+        self.released += 1
+
+
+class ScriptedEngine:
+    """Mock of OpenRLHF's vLLM rollout actor: each generate returns the next scripted text as token ids."""
+
+    def __init__(self, tokenizer, texts: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.texts = list(texts)
+        self.contexts: list[list[int]] = []
+        self.outputs: list[list[int]] = []
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        self.contexts.append(list(prompt_token_ids))
+        text = self.texts.pop(0)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"] + [self.tokenizer.eos_token_id]
+        self.outputs.append(ids)
+        out = SimpleNamespace(token_ids=ids, text=text, finish_reason="stop", logprobs=None)
+        return SimpleNamespace(outputs=[out])
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return _compat.load_tokenizer()
+
+
+def _item() -> TrainItem:
+    return TrainItem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
+
+
+def _params():
+    return SimpleNamespace(max_tokens=None, logprobs=None, temperature=1.0)  # stand-in for vllm.SamplingParams
+
+
+async def _run(tokenizer, texts, prob=1.0, enabled=True):
+    cfg = ExecutorConfig(saar={"enabled": enabled, "prob": prob}, seed=0)
+    backend = _Backend()
+    executor = AgentExecutor(cfg, backend=backend)
+    engine = ScriptedEngine(tokenizer, texts)
+    item = _item()
+    result, traj = await executor.run(item.prompt, item.label(), _params(), 4096, tokenizer, engine)
+    assert backend.released == 1
+    return result, traj, engine
+
+
+def _decode(tokenizer, ids):
+    return tokenizer.decode(ids, skip_special_tokens=False)
+
+
+def _check_ranges_cover_only_assistant(tokenizer, result, traj):
+    ids, ranges = result["observation_tokens"], result["action_ranges"]
+    eos = tokenizer.eos_token
+    assistant_texts = [m.text for m in traj.messages if m.role == "assistant"]
+    assert [_decode(tokenizer, ids[s:e]) for s, e in ranges] == [t + eos for t in assistant_texts]
+    outside = "".join(_decode(tokenizer, ids[a:b]) for a, b in _gaps(ranges, len(ids)))
+    for m in traj.messages:
+        if m.role == "tool":
+            assert m.content in outside  # every tool output lies outside the action ranges
+
+
+def _gaps(ranges, n):
+    pos = 0
+    for s, e in ranges:
+        yield pos, s
+        pos = e
+    yield pos, n
+
+
+def test_executor_subclasses_openrlhf_base():
+    assert issubclass(AgentExecutor, AgentExecutorBase)
+    import importlib.util
+
+    import trainers.executor as mod
+
+    spec = importlib.util.spec_from_file_location("agent_module", mod.__file__)  # how OpenRLHF loads it
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    assert issubclass(loaded.AgentExecutor, AgentExecutorBase)
+
+
+async def test_shallow_rewrite_keeps_reasoning_ids_and_splices_call(tokenizer):
+    result, traj, engine = await _run(tokenizer, [T1, SHALLOW_REGEN, FINAL])
+    assert [e.action for e in traj.events] == ["shallow"]
+    ids, ranges = result["observation_tokens"], result["action_ranges"]
+    assert len(ranges) == 2
+    enc = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    first = ids[ranges[0][0] : ranges[0][1]]
+    # old reasoning ids (from the first sample) + the new call's ids (from the regeneration)
+    assert first == enc("I will multiply with the tool.\n") + enc(serialize_call(FIXED)) + [tokenizer.eos_token_id]
+    assert first[: len(enc("I will multiply with the tool.\n"))] == engine.outputs[0][: len(first) - len(
+        enc(serialize_call(FIXED))) - 1]
+    assert ids[ranges[1][0] : ranges[1][1]] == engine.outputs[2]  # the final answer, as sampled
+    _check_ranges_cover_only_assistant(tokenizer, result, traj)
+    text = _decode(tokenizer, ids)
+    assert "SyntaxError" not in text and "Closing the parenthesis" not in text
+    assert ANSWER in text  # the successful tool result
+    # the regeneration saw the error; the turn after it saw the purified context, a prefix of the final sequence
+    assert "SyntaxError" in _decode(tokenizer, engine.contexts[1])
+    assert ids[: len(engine.contexts[2])] == engine.contexts[2]
+    assert result["reward"] == 1.0 and result["scores"] == 1.0
+    assert result["rollout_log_probs"] is None
+    logs = result["extra_logs"]
+    assert logs["saar_shallow"] == 1 and logs["saar_deep"] == 0 and logs["saar_on"] == 1
+    assert logs["tool_failures"] == 1 and logs["tool_calls"] == 2 and logs["turns"] == 2
+    assert logs["retokenized_turns"] == 0
+
+
+async def test_deep_rewrite_replaces_whole_turn_with_sampled_ids(tokenizer):
+    result, traj, engine = await _run(tokenizer, [T1, DEEP_REGEN, FINAL])
+    assert [e.action for e in traj.events] == ["deep"]
+    ids, ranges = result["observation_tokens"], result["action_ranges"]
+    assert ids[ranges[0][0] : ranges[0][1]] == engine.outputs[1]  # the regenerated turn, token for token
+    assert ids[ranges[1][0] : ranges[1][1]] == engine.outputs[2]
+    _check_ranges_cover_only_assistant(tokenizer, result, traj)
+    text = _decode(tokenizer, ids)
+    assert "I will multiply" not in text and "SyntaxError" not in text
+    assert result["extra_logs"]["saar_deep"] == 1 and result["extra_logs"]["saar_shallow"] == 0
+
+
+async def test_saar_probability_zero_keeps_the_failure(tokenizer):
+    result, traj, engine = await _run(tokenizer, [T1, SHALLOW_REGEN, FINAL], prob=0.0)
+    assert traj.events == [] and not traj.saar_on
+    ids, ranges = result["observation_tokens"], result["action_ranges"]
+    assert len(ranges) == 3  # failed turn, its error, the retry as an ordinary turn, the answer
+    assert [ids[s:e] for s, e in ranges] == engine.outputs
+    _check_ranges_cover_only_assistant(tokenizer, result, traj)
+    assert "SyntaxError" in _decode(tokenizer, ids)
+    logs = result["extra_logs"]
+    assert logs["saar_on"] == 0 and logs["failures_kept"] == 1 and logs["tool_failure_rate"] == 0.5
+
+
+async def test_saar_probability_one_draws_on_for_every_trajectory(tokenizer):
+    for _ in range(3):
+        result, traj, _ = await _run(tokenizer, [T1, SHALLOW_REGEN, FINAL], prob=1.0)
+        assert traj.saar_on and result["extra_logs"]["saar_on"] == 1
+
+
+async def test_wrong_answer_scores_minus_one(tokenizer):
+    result, _, _ = await _run(tokenizer, [WRONG])
+    assert result["reward"] == -1.0 and result["scores"] == 0.0 and result["extra_logs"]["correct"] == 0
+
+
+async def test_inference_and_training_paths_give_the_same_purified_messages(tokenizer):
+    texts = [T1, SHALLOW_REGEN, FINAL]
+    result, train_traj, _ = await _run(tokenizer, list(texts))
+    pending = list(texts)
+
+    async def generate(messages):
+        from harness.messages import Generation
+
+        return Generation(text=pending.pop(0), output_tokens=1)
+
+    item = _item()
+    cfg = RolloutConfig(saar=SaarConfig(enabled=True, prob=1.0))
+    infer_traj = await rollout(item.messages(), generate, _Backend().sandbox, cfg)
+    assert infer_traj.messages == train_traj.messages
+    render = _compat.get_render()
+    assert _decode(tokenizer, result["observation_tokens"]) == render(tokenizer, infer_traj.messages,
+                                                                      add_generation_prompt=False)
+
+
+async def test_logprobs_requested_is_a_clear_error(tokenizer):
+    executor = AgentExecutor(ExecutorConfig(), backend=_Backend())
+    params = SimpleNamespace(max_tokens=None, logprobs=1)
+    with pytest.raises(ValueError, match="is_correction_level off"):
+        await executor.execute("p", _item().label(), params, 4096, tokenizer, ScriptedEngine(tokenizer, [FINAL]))
+
+
+def test_config_rejects_unknown_keys():
+    with pytest.raises(ValueError, match="unknown keys"):
+        ExecutorConfig.from_json('{"saar": {}, "turns": 3}')
+    with pytest.raises(ValueError, match="gamma"):
+        ExecutorConfig.from_json('{"saar": {"gamma": 2}}')
+
+
+def test_non_prefix_stable_template_is_reported(tokenizer):
+    from harness.messages import Message
+
+    def bad_render(tok, messages, add_generation_prompt=True):
+        return "".join(f"[{len(messages)}]{m.content}" for m in messages)
+
+    msgs = [Message("user", "q"), Message("assistant", "a")]
+    with pytest.raises(TemplateError, match="prefix-stable"):
+        assemble(tokenizer, msgs, 1, render=bad_render)

@@ -1,0 +1,119 @@
+"""Recipes, the launcher's validation against OpenRLHF's real parser, and the training data."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from trainers.__main__ import main
+from trainers.data import DataError, TrainItem, bignum_items, export_openrlhf, item_from_row, load_items
+from trainers.launcher import RECIPES, RecipeError, load_recipe
+
+pytest.importorskip("openrlhf")
+
+
+def _flags(cmd: str) -> dict[str, list[str]]:
+    argv = shlex.split(cmd)
+    argv = argv[argv.index("openrlhf.cli.train_ppo_ray") + 1 :]
+    out: dict[str, list[str]] = {}
+    key = None
+    for tok in argv:
+        if tok.startswith("--"):
+            key = tok[2:]
+            out[key] = []
+        else:
+            out[key].append(tok)
+    return out
+
+
+def test_4b_recipe_mirrors_the_reference(capsys):
+    assert main(["launch", "--recipe", "qwen3-4b-cleaner", "--dry-run"]) == 0
+    cmd = capsys.readouterr().out.strip()
+    assert cmd.startswith("ray job submit")
+    f = _flags(cmd)
+    assert f["algo.advantage.estimator"] == ["group_norm"]
+    assert f["algo.kl.init_coef"] == ["0.0"]
+    assert f["actor.eps_clip_low_high"] == ["0.2", "0.28"]
+    assert f["actor.adam.lr"] == ["2e-06"]
+    assert f["rollout.batch_size"] == ["128"] and f["rollout.n_samples_per_prompt"] == ["16"]
+    assert f["train.agent_func_path"] == ["trainers/executor.py"]
+    assert f["algo.advantage.is_correction_level"] == ["off"]
+    assert f["data.label_key"] == ["label"]
+    runtime = json.loads(shlex.split(cmd)[shlex.split(cmd).index("--runtime-env-json") + 1])
+    agent = json.loads(runtime["env_vars"]["CLEANER_AGENT_CONFIG"])
+    assert agent["max_turns"] == 16 and agent["saar"]["prob"] == 1.0
+
+
+def test_7b_recipe_uses_the_curriculum():
+    r = load_recipe("qwen2.5-7b-cleaner")
+    assert r.executor.saar_config().prob == 0.7
+    assert _flags(r.shell())["actor.adam.lr"] == ["1e-06"]
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "r.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = "name: t\nmodel: some/model\ndata: {prepared: d.jsonl}\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("openrlhf: {actor.learning_rate: 1.0e-6}", "not an OpenRLHF 0.11 train_ppo_ray flag"),
+        ("openrlhf: {rollout.batch_size: many}", "must be int"),
+        ("openrlhf: {algo.advantage.estimator: ppo2}", "must be one of"),
+        ("openrlhf: {actor.eps_clip_low_high: 0.2}", "takes 2 values"),
+        ("openrlhf: {vllm.enable_sleep: 1}", "is a switch"),
+        ("openrlhf: {algo.advantage.is_correction_level: token}", "must be off"),
+        ("trainer: {}", "unknown top-level keys"),
+        ("executor: {saar: {prob: 3}}", "prob"),
+        ("executor: {max_turn: 3}", "unknown keys"),
+        ("openrlhf: {train.agent_func_path: /nope/agent.py}", "does not exist"),
+    ],
+)
+def test_bad_recipes_are_clear_errors(tmp_path, body, message):
+    with pytest.raises(RecipeError, match=message):
+        load_recipe(_write(tmp_path, BASE + body))
+
+
+def test_missing_recipe_file_is_reported(capsys):
+    assert main(["launch", "--recipe", "/nope.yaml", "--dry-run"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_every_shipped_recipe_loads():
+    names = sorted(p.stem for p in RECIPES.glob("*.yaml"))
+    assert {"qwen3-4b-cleaner", "qwen2.5-7b-cleaner", "cpu-smoke"} <= set(names)
+    for name in names:
+        load_recipe(name)
+
+
+def test_open_agentrl_rows_map_to_items(tmp_path):
+    math = {"data_source": "math_dapo", "prompt": [{"role": "user", "content": "What is 2+3?"}],
+            "ability": "MATH", "reward_model": {"ground_truth": "5", "style": "rule"}, "extra_info": {"index": 7}}
+    code = {"data_source": "skywork_code", "prompt": [{"role": "user", "content": "Echo a line."}],
+            "reward_model": {"ground_truth": json.dumps({"inputs": ["hi\n"], "outputs": ["hi\n"]})}}
+    choice = {"data_source": "mega-science", "prompt": [{"role": "user", "content": "Pick:\nA) x\nB) y\nC) z\nD) w"}],
+              "reward_model": {"ground_truth": "C"}}
+    m, c, g = item_from_row(math, 0), item_from_row(code, 1), item_from_row(choice, 2)
+    assert (m.id, m.kind, m.target) == ("math_dapo-7", "math", "5") and "\\boxed" in m.prompt
+    assert c.kind == "code" and c.tests == [{"input": "hi\n", "output": "hi\n", "testtype": "stdin"}]
+    assert g.kind == "gpqa" and g.target == "C"
+    with pytest.raises(DataError, match="reward_model"):
+        item_from_row({"prompt": [{"role": "user", "content": "q"}]}, 3)
+    out = export_openrlhf([m, c], tmp_path / "p.jsonl")
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert TrainItem.from_label(rows[1]["label"]) == c and rows[0]["prompt"] == m.prompt
+
+
+def test_bignum_set_is_shipped_and_exact():
+    items = load_items(RECIPES.parent / "data" / "bignum.jsonl")
+    assert items == bignum_items()
+    mul = next(i for i in items if " * " in i.prompt and "digits" not in i.prompt)
+    a, b = mul.prompt.rsplit("What is ", 1)[1].rstrip("?").split(" * ")
+    assert int(mul.target) == int(a) * int(b)

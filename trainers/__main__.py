@@ -1,0 +1,93 @@
+"""``python -m trainers``: launch a recipe, train on CPU, prepare data, benchmark.
+
+* ``launch --recipe <file|name> [--dry-run]``: validate a recipe and print (or run) its
+  OpenRLHF command / Ray job;
+* ``train-cleaner [--recipe R] [--run NAME] [--resume]``: where CUDA and OpenRLHF are
+  present, launch the default GPU recipe; elsewhere run the CPU embedded trainer;
+* ``prepare-data [--source S] --out F``: Open-AgentRL-30K (hub id or local path) as
+  OpenRLHF prompt JSONL;
+* ``plot <metrics.jsonl>``: redraw a run's plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+from trainers.launcher import RecipeError, load_recipe
+
+GPU_RECIPE = "qwen3-4b-cleaner"
+CPU_RECIPE = "cpu-smoke"
+
+
+def _gpu_ready() -> bool:
+    if importlib.util.find_spec("openrlhf") is None or importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainers", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("launch", help="turn a recipe into the OpenRLHF command and run it (or print it)")
+    p.add_argument("--recipe", required=True)
+    p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    p = sub.add_parser("train-cleaner", help="GPU recipe where CUDA + OpenRLHF are present, else the CPU trainer")
+    p.add_argument("--recipe", default=None)
+    p.add_argument("--run", default=None, help="run name under results/train/ (default: the recipe name)")
+    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument("--cpu", action="store_true", help="use the CPU trainer even where a GPU is present")
+    p = sub.add_parser("prepare-data", help="write Open-AgentRL-30K as OpenRLHF prompt JSONL")
+    p.add_argument("--source", default="Gen-Verse/Open-AgentRL-30K")
+    p.add_argument("--out", required=True)
+    p.add_argument("--limit", type=int, default=None)
+    p = sub.add_parser("plot", help="draw metrics.jsonl as a PNG next to it")
+    p.add_argument("metrics")
+    args = parser.parse_args(argv)
+
+    try:
+        if args.cmd == "launch":
+            recipe = load_recipe(args.recipe)
+            if not recipe.openrlhf:
+                print(f"error: {recipe.path} has no 'openrlhf' section; run it with: python -m trainers "
+                      f"train-cleaner --recipe {args.recipe}", file=sys.stderr)
+                return 2
+            if args.dry_run:
+                print(recipe.shell())
+                return 0
+            return subprocess.call(recipe.command())
+        if args.cmd == "train-cleaner":
+            gpu = _gpu_ready() and not args.cpu
+            recipe = load_recipe(args.recipe or (GPU_RECIPE if gpu else CPU_RECIPE))
+            if gpu and recipe.openrlhf:
+                print(recipe.shell(), flush=True)
+                return subprocess.call(recipe.command())
+            from trainers.cpu_trainer import train_cpu
+
+            run_dir = train_cpu(recipe, run_name=args.run, resume=args.resume)
+            print(f"metrics: {run_dir / 'metrics.jsonl'}\nplot: {run_dir / 'metrics.png'}")
+            return 0
+        if args.cmd == "prepare-data":
+            from trainers.data import export_openrlhf, load_open_agentrl
+
+            items = load_open_agentrl(args.source, limit=args.limit)
+            print(f"{export_openrlhf(items, args.out)}: {len(items)} prompts")
+            return 0
+        if args.cmd == "plot":
+            from trainers.plot import plot_metrics
+
+            print(plot_metrics(args.metrics, Path(args.metrics).with_suffix(".png")))
+            return 0
+    except (RecipeError, FileNotFoundError, FileExistsError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
