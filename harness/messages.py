@@ -100,5 +100,3 @@ def to_openai(messages: list[Message], *, inline_calls: bool = False) -> list[di
         else:
             out.append({"role": m.role, "content": m.content})
     return out
-
-

@@ -163,9 +163,7 @@ def truncate_middle(text: str, limit: int = 256) -> str:
     return f"{text[:head]}\n...[{len(text) - limit} characters truncated]...\n{text[-tail:]}"
 
 
-def format_result(
-    *, ok: bool, stdout: str, stderr: str, error_kind: str | None, limit: int = 256
-) -> str:
+def format_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | None, limit: int = 256) -> str:
     """The text the model sees for one execution (identical in evaluation and training)."""
     if ok:
         out = stdout if not stderr.strip() else f"{stdout}\n[stderr]\n{stderr}"
@@ -186,7 +184,4 @@ def format_call_error(message: str) -> str:
 
 def retry_note(attempts: int) -> str:
     """Appended to the error of a turn whose SAAR retries are exhausted."""
-    return (
-        f"\n\nNote: this approach has failed {attempts} times. "
-        "Try a different method instead of repeating it."
-    )
+    return f"\n\nNote: this approach has failed {attempts} times. Try a different method instead of repeating it."

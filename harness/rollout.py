@@ -77,7 +77,9 @@ class Trajectory:
 class RolloutState:
     """Mutable state of one rollout; SAAR (:func:`harness.saar.rollback`) acts on it."""
 
-    def __init__(self, messages: list[Message], generate: Generate, sandbox: Sandbox, config: RolloutConfig, saar_on: bool):
+    def __init__(
+        self, messages: list[Message], generate: Generate, sandbox: Sandbox, config: RolloutConfig, saar_on: bool
+    ):
         self.messages = list(messages)
         self.config = config
         self.rollback_on = saar_on
@@ -116,10 +118,16 @@ class RolloutState:
             result: ExecResult = await self._sandbox.run_python(turn.call.code, timeout=self.config.timeout)
             ok, kind, call_id = result.ok, result.error_kind, turn.call.id
             content = protocol.format_result(
-                ok=result.ok, stdout=result.stdout, stderr=result.stderr, error_kind=result.error_kind, limit=self.config.output_chars
+                ok=result.ok,
+                stdout=result.stdout,
+                stderr=result.stderr,
+                error_kind=result.error_kind,
+                limit=self.config.output_chars,
             )
             if result.sandbox_failed:  # never let a broken sandbox pass as the program's doing
-                raise SandboxFailure(f"sandbox failed while running a tool call: {result.stderr.strip() or result.error_kind}")
+                raise SandboxFailure(
+                    f"sandbox failed while running a tool call: {result.stderr.strip() or result.error_kind}"
+                )
         if not ok:
             self.failures += 1
             self.error_kinds[kind or "Error"] += 1

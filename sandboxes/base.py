@@ -17,6 +17,7 @@ TIMEOUT = "Timeout"
 MEMORY = "MemoryError"
 OUTPUT_LIMIT = "OutputLimitExceeded"
 KILLED = "Killed"
+SEGFAULT = "Segfault"
 NONZERO_EXIT = "NonZeroExit"
 SANDBOX_ERROR = "SandboxError"
 
@@ -71,10 +72,10 @@ class Sandbox(abc.ABC):
         ``files`` are written to the working directory first.
         """
 
-    async def reset(self) -> None:
+    async def reset(self) -> None:  # noqa: B027 - optional hook
         """Return the sandbox to a clean state between rollouts (default: nothing)."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook
         """Release every resource held (processes, containers, directories)."""
 
     async def __aenter__(self) -> Sandbox:

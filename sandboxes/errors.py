@@ -16,10 +16,7 @@ from __future__ import annotations
 import re
 import signal
 
-from sandboxes.base import KILLED, MEMORY, NONZERO_EXIT, OUTPUT_LIMIT, TIMEOUT
-
-#: Kind for a program killed by SIGSEGV or SIGBUS (deep recursion, a broken C extension).
-SEGFAULT = "Segfault"
+from sandboxes.base import KILLED, MEMORY, NONZERO_EXIT, OUTPUT_LIMIT, SEGFAULT, TIMEOUT
 
 #: The header Python prints before every uncaught-exception traceback.
 _TRACEBACK = "Traceback (most recent call last):"

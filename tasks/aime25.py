@@ -1,7 +1,7 @@
 """AIME 2025: 30 problems, integer answers 0-999 in the last \\boxed{}; the model may run Python.
 
-    inspect eval tasks/aime25.py --model sglang/Qwen/Qwen3-4B -T saar=true
-    inspect eval tasks/aime25.py --model embedded/smollm2 -T data=fixture --limit 3
+inspect eval tasks/aime25.py --model sglang/Qwen/Qwen3-4B -T saar=true
+inspect eval tasks/aime25.py --model embedded/smollm2 -T data=fixture --limit 3
 """
 
 from inspect_ai import Task, task

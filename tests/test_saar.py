@@ -118,7 +118,11 @@ async def test_exhausted_retries_keep_last_error_with_note_and_turn_rollback_off
 
 async def test_regenerated_turn_without_call_keeps_error_and_ends(local_sandbox):
     traj = await run([call(SYNTAX, "A.\n"), "I give up. \\boxed{1}", call(GOOD)], local_sandbox)
-    assert shape(traj) == [("assistant", "A.\n", SYNTAX), ("tool", "Error:"), ("assistant", "I give up. \\boxed{1}", None)]
+    assert shape(traj) == [
+        ("assistant", "A.\n", SYNTAX),
+        ("tool", "Error:"),
+        ("assistant", "I give up. \\boxed{1}", None),
+    ]
     assert [e.action for e in traj.events] == ["no_call"] and traj.stop_reason == "answer"
 
 

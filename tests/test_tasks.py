@@ -89,6 +89,10 @@ def test_scores_of_the_replayed_answers(logs):
 
 def test_inspect_lists_the_four_tasks():
     out = subprocess.run(
-        [sys.executable, "-m", "inspect_ai", "list", "tasks", "tasks"], cwd=ROOT, capture_output=True, text=True, check=True
+        [sys.executable, "-m", "inspect_ai", "list", "tasks", "tasks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert all(f"tasks/{t}.py@{t}" in out for t in TASKS)

@@ -50,21 +50,47 @@ def to_inspect(messages: list[Message]) -> list[ChatMessage]:
 
 
 def from_inspect(messages: list[ChatMessage]) -> list[Message]:
-    """Inspect messages back to the harness form (used by providers that render templates)."""
+    """Inspect chat messages as harness messages (the inverse of the solver's conversion).
+
+    An assistant message with a native tool call becomes a turn with that call; if its
+    text also holds the call as written (``<tool_call>...``), only the reasoning before it
+    is kept, so the call is not rendered twice.
+    """
     out: list[Message] = []
-    for m in messages:
-        if isinstance(m, ChatMessageAssistant) and m.tool_calls:
-            tc = m.tool_calls[0]
-            code = tc.arguments.get("code")
-            if isinstance(code, str):
-                call = protocol.ToolCall(code=code, raw=protocol.serialize_call(code), id=tc.id)
-                out.append(Message("assistant", m.text, call=call))
-                continue
-        if isinstance(m, ChatMessageTool):
-            out.append(Message("tool", m.text, tool_call_id=m.tool_call_id))
+    for index, m in enumerate(messages):
+        if isinstance(m, ChatMessageSystem):
+            out.append(Message("system", m.text))
+        elif isinstance(m, ChatMessageUser):
+            out.append(Message("user", m.text))
+        elif isinstance(m, ChatMessageAssistant):
+            out.append(_assistant(index, m))
+        elif isinstance(m, ChatMessageTool):
+            content = m.text if m.text or m.error is None else f"Error: {m.error.message}"
+            out.append(Message("tool", content, tool_call_id=m.tool_call_id))
         else:
-            out.append(Message(m.role, m.text))  # type: ignore[arg-type]
+            raise ValueError(f"message {index}: unsupported chat message role {m.role!r}")
     return out
+
+
+def _assistant(index: int, m: ChatMessageAssistant) -> Message:
+    text = m.text
+    if not m.tool_calls:
+        return Message("assistant", text)
+    if len(m.tool_calls) > 1:
+        raise ValueError(
+            f"message {index}: assistant message has {len(m.tool_calls)} tool calls; the protocol executes "
+            "one call per turn"
+        )
+    tc = m.tool_calls[0]
+    code = tc.arguments.get("code") if isinstance(tc.arguments, dict) else None
+    if not isinstance(code, str):
+        raise ValueError(
+            f"message {index}: tool call {tc.id!r} to {tc.function!r} has no string argument 'code' "
+            f"(arguments: {tc.arguments!r})"
+        )
+    if protocol.CALL_OPEN in text:
+        text = protocol.parse_turn(text).reasoning
+    return Message("assistant", text, call=protocol.ToolCall(code=code, raw=protocol.serialize_call(code), id=tc.id))
 
 
 def to_generation(output: ModelOutput) -> Generation:

@@ -29,22 +29,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from inspect_ai.model import (
     ChatMessage,
-    ChatMessageAssistant,
-    ChatMessageSystem,
-    ChatMessageTool,
-    ChatMessageUser,
     GenerateConfig,
     ModelAPI,
     ModelCall,
     ModelOutput,
     ModelUsage,
-    modelapi,
 )
 from inspect_ai.tool import ToolChoice, ToolInfo
 
-from harness import chat, protocol
-from harness.messages import Message
-from harness.protocol import CALL_CLOSE, ToolCall
+from harness import chat
+from harness.evals.convert import from_inspect
+from harness.protocol import CALL_CLOSE
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -81,50 +76,6 @@ def shared_model(spec: str | None, *, dtype: str = "bfloat16", device: str = "cp
             model, tokenizer = load_model(spec, dtype=getattr(torch, dtype), device=device, cache=cache)
             _models[key] = LoadedModel(model, tokenizer, threading.Lock())
         return _models[key]
-
-
-def from_inspect(messages: list[ChatMessage]) -> list[Message]:
-    """Inspect chat messages as harness messages (the inverse of the solver's conversion).
-
-    An assistant message with a native tool call becomes a turn with that call; if its
-    text also holds the call as written (``<tool_call>...``), only the reasoning before it
-    is kept, so the call is not rendered twice.
-    """
-    out: list[Message] = []
-    for index, m in enumerate(messages):
-        if isinstance(m, ChatMessageSystem):
-            out.append(Message("system", m.text))
-        elif isinstance(m, ChatMessageUser):
-            out.append(Message("user", m.text))
-        elif isinstance(m, ChatMessageAssistant):
-            out.append(_assistant(index, m))
-        elif isinstance(m, ChatMessageTool):
-            content = m.text if m.text or m.error is None else f"Error: {m.error.message}"
-            out.append(Message("tool", content, tool_call_id=m.tool_call_id))
-        else:
-            raise ValueError(f"message {index}: unsupported chat message role {m.role!r}")
-    return out
-
-
-def _assistant(index: int, m: ChatMessageAssistant) -> Message:
-    text = m.text
-    if not m.tool_calls:
-        return Message("assistant", text)
-    if len(m.tool_calls) > 1:
-        raise ValueError(
-            f"message {index}: assistant message has {len(m.tool_calls)} tool calls; the protocol executes "
-            "one call per turn"
-        )
-    tc = m.tool_calls[0]
-    code = tc.arguments.get("code") if isinstance(tc.arguments, dict) else None
-    if not isinstance(code, str):
-        raise ValueError(
-            f"message {index}: tool call {tc.id!r} to {tc.function!r} has no string argument 'code' "
-            f"(arguments: {tc.arguments!r})"
-        )
-    if protocol.CALL_OPEN in text:
-        text = protocol.parse_turn(text).reasoning
-    return Message("assistant", text, call=ToolCall(code=code, raw=protocol.serialize_call(code), id=tc.id))
 
 
 @dataclass(frozen=True)
@@ -286,9 +237,3 @@ def _as_bool(value: Any, name: str) -> bool:
     if text in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"embedded model arg {name}={value!r} is not a boolean")
-
-
-@modelapi(name="embedded")
-def embedded() -> type[ModelAPI]:
-    """Register :class:`EmbeddedAPI` as ``embedded/<spec>``."""
-    return EmbeddedAPI

@@ -60,7 +60,11 @@ def saar_agent(config: RolloutConfig, seed: int = 0) -> Solver:
         state.output = ModelOutput.from_content(model=str(model), content=trajectory.final_text)
         state.metadata[TRAJECTORY] = summary
         transcript().info(
-            {"saar_on": summary["saar_on"], "stop_reason": summary["stop_reason"], "saar_events": summary["saar_events"]},
+            {
+                "saar_on": summary["saar_on"],
+                "stop_reason": summary["stop_reason"],
+                "saar_events": summary["saar_events"],
+            },
             source="SAAR",
         )
         return state
