@@ -20,3 +20,33 @@ async def local_sandbox():
         yield sandbox
     finally:
         await sandbox.close()
+
+
+_docker_state: dict[str, str | None] = {}
+
+
+def _docker_missing() -> str | None:
+    """Why the Docker tests cannot run here, or None (checked once per session)."""
+    if "reason" not in _docker_state:
+        from sandboxes.docker_backend import docker_available, image_present
+
+        if not docker_available():
+            _docker_state["reason"] = "no Docker engine answers"
+        elif not image_present():
+            _docker_state["reason"] = "the sandbox image is not built"
+        else:
+            _docker_state["reason"] = None
+    return _docker_state["reason"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``docker`` skip locally without an engine, and FAIL under CI (they must run there)."""
+    if item.get_closest_marker("docker") is None:
+        return
+    missing = _docker_missing()
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set but {missing}: run `sandboxes/ci_docker.sh` before the tests", pytrace=False)
+    pytest.skip(f"{missing} (start one with sandboxes/ci_docker.sh; see docs/docker.md)")

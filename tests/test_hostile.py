@@ -164,18 +164,6 @@ async def _assert_no_leftovers() -> None:
     raise AssertionError(f"processes left behind on the host: {_host_processes_with_marker()}")
 
 
-def require_docker() -> None:
-    """Skip (locally) or fail (under CI) unless an engine answers and holds the sandbox image."""
-    from sandboxes.docker_backend import docker_available, image_present
-
-    if docker_available() and image_present():
-        return
-    what = "the sandbox image is not built" if docker_available() else "no Docker engine answers"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set but {what}: run `sandboxes/ci_docker.sh` before the tests")
-    pytest.skip(f"{what} (start one with sandboxes/ci_docker.sh; docs/docker.md)")
-
-
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def backends(host_files):
     from sandboxes.backends import get_backend
@@ -200,7 +188,6 @@ async def sandboxes(backends):
 
 async def _sandbox(name: str, backends, sandboxes):
     if name == "docker" and "docker" not in backends:
-        require_docker()
         from sandboxes.backends import get_backend
 
         backends["docker"] = get_backend("docker")
@@ -210,13 +197,8 @@ async def _sandbox(name: str, backends, sandboxes):
 
 
 #: Known weaknesses of the local backend (reported to its owner); not strict, so that a fix is welcome silently.
-LOCAL_XFAIL: dict[str, str] = {}
 PARAMS = [
-    pytest.param(
-        case, backend, id=f"{case.name}-{backend}",
-        marks=[pytest.mark.xfail(reason=LOCAL_XFAIL[case.name])] if backend == "local" and case.name in LOCAL_XFAIL
-        else [],
-    )
+    pytest.param(case, backend, id=f"{case.name}-{backend}", marks=[pytest.mark.docker] if backend == "docker" else [])
     for case in CASES
     for backend in case.backends
 ]
@@ -243,6 +225,7 @@ async def test_hostile_program(case: Hostile, backend: str, backends, sandboxes)
         assert sandbox.replacements == replacements  # the program did not break the container
 
 
+@pytest.mark.docker
 async def test_no_zombies_or_stray_processes_in_the_container(backends, sandboxes) -> None:
     sandbox = await _sandbox("docker", backends, sandboxes)
     await sandbox.run_python("import os\nfor _ in range(10):\n    if os.fork() == 0:\n        os._exit(0)")
@@ -254,8 +237,8 @@ async def test_no_zombies_or_stray_processes_in_the_container(backends, sandboxe
     assert r.ok and "Z" not in r.stdout.strip("[]").replace("'", "").split(", "), r.stdout
 
 
+@pytest.mark.docker
 async def test_container_killed_from_outside_mid_call() -> None:
-    require_docker()
     from sandboxes.docker_backend import DockerSandbox
 
     sb = await DockerSandbox().start()

@@ -8,7 +8,6 @@ missing engine is a failure, so that these tests can never silently not run.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
@@ -19,21 +18,8 @@ from sandboxes.base import ExecResult
 pytestmark = [pytest.mark.docker, pytest.mark.asyncio(loop_scope="module")]
 
 
-def require_docker() -> None:
-    """Skip (locally) or fail (under CI) unless an engine answers and holds the sandbox image."""
-    from sandboxes.docker_backend import docker_available, image_present
-
-    if docker_available() and image_present():
-        return
-    what = "the sandbox image is not built" if docker_available() else "no Docker engine answers"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set but {what}: run `sandboxes/ci_docker.sh` before the tests")
-    pytest.skip(f"{what} (start one with sandboxes/ci_docker.sh; docs/docker.md)")
-
-
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def backend():
-    require_docker()
     from sandboxes.docker_backend import DockerBackend
 
     b = DockerBackend(pool_size=1)
@@ -166,7 +152,6 @@ async def test_stateless_calls_share_nothing(sandbox) -> None:
 
 
 async def test_fresh_workdir_option_empties_it_per_call() -> None:
-    require_docker()
     from sandboxes.docker_backend import DockerSandbox
 
     sb = await DockerSandbox(fresh_workdir=True).start()
@@ -203,7 +188,6 @@ async def test_files_and_processes_cleared_on_release(backend) -> None:
 
 
 async def test_stateful_mode_keeps_variables_and_says_when_lost() -> None:
-    require_docker()
     from sandboxes.docker_backend import DockerSandbox
 
     sb = await DockerSandbox(stateful=True).start()
@@ -227,7 +211,6 @@ async def test_stateful_mode_keeps_variables_and_says_when_lost() -> None:
 
 
 async def test_exec_transport_works() -> None:
-    require_docker()
     from sandboxes.docker_backend import DockerSandbox
 
     sb = await DockerSandbox(transport="exec").start()
@@ -242,7 +225,6 @@ async def test_exec_transport_works() -> None:
 
 
 async def test_pool_gives_distinct_containers_and_bounds_them() -> None:
-    require_docker()
     from sandboxes.docker_backend import DockerBackend
 
     b = DockerBackend(max_containers=2)
@@ -273,7 +255,6 @@ async def test_pool_gives_distinct_containers_and_bounds_them() -> None:
 
 
 async def test_get_backend_builds_the_docker_backend() -> None:
-    require_docker()
     from sandboxes.backends import get_backend
     from sandboxes.docker_backend import DockerBackend
 
@@ -286,7 +267,6 @@ async def test_get_backend_builds_the_docker_backend() -> None:
 
 
 async def test_dead_container_is_a_sandbox_failure_and_is_replaced() -> None:
-    require_docker()
     from sandboxes.docker_backend import DockerSandbox
 
     sb = await DockerSandbox().start()
@@ -303,7 +283,6 @@ async def test_dead_container_is_a_sandbox_failure_and_is_replaced() -> None:
 
 
 async def test_missing_image_is_a_clear_error() -> None:
-    require_docker()
     from sandboxes.docker_backend import DockerBackend
 
     b = DockerBackend(image="cleaner-sandbox:does-not-exist")
@@ -332,7 +311,6 @@ async def test_duration_is_measured(sandbox) -> None:
 
 
 async def test_a_cancelled_call_leaves_the_sandbox_usable() -> None:
-    require_docker()
     from sandboxes.docker_backend import DockerSandbox
 
     sb = await DockerSandbox().start()
