@@ -28,19 +28,5 @@ def aime24(
     epochs: int = 1,
 ) -> Task:
     """AIME 2024 with the shared rollout core; `data` is a local file/dir or "fixture" (default: the hub)."""
-    return benchmark_task(
-        load_aime24(data),
-        math_scorer(),
-        saar=saar,
-        saar_prob=saar_prob,
-        gamma=gamma,
-        similarity=similarity,
-        max_retries=max_retries,
-        max_turns=max_turns,
-        max_total_tokens=max_total_tokens,
-        timeout=timeout,
-        output_chars=output_chars,
-        sandbox=sandbox,
-        seed=seed,
-        epochs=epochs,
-    )
+    options = dict(locals())  # the task arguments, as given
+    return benchmark_task(load_aime24(options.pop("data")), math_scorer(), **options)

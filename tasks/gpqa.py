@@ -30,19 +30,5 @@ def gpqa(
     epochs: int = 1,
 ) -> Task:
     """GPQA-Diamond with the shared rollout core; `data` is a local file/dir or "fixture" (default: the hub)."""
-    return benchmark_task(
-        load_gpqa(data, seed=seed),
-        gpqa_scorer(),
-        saar=saar,
-        saar_prob=saar_prob,
-        gamma=gamma,
-        similarity=similarity,
-        max_retries=max_retries,
-        max_turns=max_turns,
-        max_total_tokens=max_total_tokens,
-        timeout=timeout,
-        output_chars=output_chars,
-        sandbox=sandbox,
-        seed=seed,
-        epochs=epochs,
-    )
+    options = dict(locals())  # the task arguments, as given
+    return benchmark_task(load_gpqa(options.pop("data"), seed=seed), gpqa_scorer(), **options)

@@ -33,21 +33,8 @@ def livecodebench(
     epochs: int = 1,
 ) -> Task:
     """LiveCodeBench with the shared rollout core; `data` is a local file/dir or "fixture" (default: the hub)."""
-    problems = load_livecodebench(data, start_date=start_date, end_date=end_date, release=release)
-    return benchmark_task(
-        problems,
-        code_scorer(problems),
-        saar=saar,
-        saar_prob=saar_prob,
-        gamma=gamma,
-        similarity=similarity,
-        max_retries=max_retries,
-        max_turns=max_turns,
-        max_total_tokens=max_total_tokens,
-        timeout=timeout,
-        output_chars=output_chars,
-        sandbox=sandbox,
-        seed=seed,
-        epochs=epochs,
-        accept_python_fence=False,  # the final answer is a ```python block, not a call
-    )
+    options = dict(locals())  # the task arguments, as given
+    window = {k: options.pop(k) for k in ("start_date", "end_date", "release")}
+    problems = load_livecodebench(options.pop("data"), **window)
+    # the final answer is a ```python block, not a call: bare python fences are not executed
+    return benchmark_task(problems, code_scorer(problems), accept_python_fence=False, **options)
