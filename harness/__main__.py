@@ -1,0 +1,171 @@
+"""``python -m harness``: SAAR ablations (compare), regression evals (regression) and the CPU demo (demo).
+
+    python -m harness compare --tasks aime24 gpqa --model sglang/Qwen/Qwen3-4B --epochs 16
+    python -m harness compare --from-logs /cluster/logs/run7 --run run7
+    python -m harness regression                       # every results/baselines/*.yaml
+    python -m harness demo                             # embedded model, aime24 fixture, SAAR on vs off
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.compare import TASKS, CompareError
+
+#: Defaults of the demo: small enough for 2 CPU cores in well under 15 minutes.
+DEMO_MODEL = "embedded/smollm2"
+DEMO_TASK = "aime24"
+
+
+def _kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
+    """``key=value`` pairs (values parsed as YAML, as Inspect's -T does)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CompareError(f"{flag} {item!r}: expected key=value")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def _run_name() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _generate_args(args: argparse.Namespace) -> dict[str, Any]:
+    gen = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens, "seed": args.seed}
+    return {k: v for k, v in gen.items() if v is not None}
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--epochs", type=int, default=1, help="samples per problem (pass@1 = mean over epochs)")
+    p.add_argument("--limit", type=int, default=None, help="first N samples of each task")
+    p.add_argument("--data", default=None, help='-T data= for every task: a local path or "fixture"')
+    p.add_argument("--sandbox", default="auto", choices=["auto", "local", "docker"])
+    p.add_argument("--seed", type=int, default=0, help="task seed (SAAR draw) and generation seed, same for both arms")
+    p.add_argument("--temperature", type=float, default=None, help="override the task's sampling (reference: 1.0)")
+    p.add_argument("--top-p", type=float, default=None, help="override the task's top_p (reference: 0.6)")
+    p.add_argument("--max-tokens", type=int, default=None, help="tokens per generation")
+    p.add_argument("-T", dest="task_args", action="append", metavar="KEY=VALUE", help="extra task argument")
+    p.add_argument("-M", dest="model_args", action="append", metavar="KEY=VALUE", help="model argument")
+    p.add_argument("--max-samples", type=int, default=None, help="samples run concurrently")
+    p.add_argument("--display", default=None, help="Inspect display (full, rich, plain, none)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m harness", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("compare", help="run or read the SAAR-on and SAAR-off arms and write the ablation report")
+    c.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"task names ({', '.join(TASKS)}) or task files")
+    c.add_argument("--model", help="Inspect model; {task} is replaced by the task name (replay/{task}.yaml)")
+    c.add_argument("--from-logs", nargs="+", metavar="DIR", help="report on existing eval logs instead of running")
+    c.add_argument("--arms", nargs="+", default=["off", "on"], choices=["off", "on"])
+    c.add_argument("--run", default=None, help="run name (default: a timestamp)")
+    c.add_argument("--runs-dir", default="results/runs", help="where eval logs go (<runs-dir>/<run>/<task>/saar-<arm>)")
+    c.add_argument("--out-dir", default="results/ablation", help="where the report goes (<out-dir>/<run>/report.md)")
+    c.add_argument("--bootstrap", type=int, default=10_000, help="bootstrap resamples of the paired test")
+    _add_run_options(c)
+
+    r = sub.add_parser("regression", help="run the baselines and exit non-zero when one is not met")
+    r.add_argument("baselines", nargs="*", help="baseline files or directories (default: results/baselines)")
+    r.add_argument("--from-logs", nargs="+", metavar="DIR", help="check existing eval logs instead of running")
+    r.add_argument("--log-dir", default=None, help="where eval logs go (default: results/runs/regression/<time>)")
+    r.add_argument("--update", action="store_true", help="rewrite the baselines' values with the measured ones")
+    r.add_argument("--display", default="none", help="Inspect display (full, rich, plain, none)")
+
+    d = sub.add_parser("demo", help="SAAR on vs off with the embedded CPU model on a few aime24 fixture problems")
+    d.add_argument("--model", default=DEMO_MODEL)
+    d.add_argument("--limit", type=int, default=3)
+    d.add_argument("--max-turns", type=int, default=3)
+    d.add_argument("--max-tokens", type=int, default=320, help="tokens per generation")
+    d.add_argument("--max-retries", type=int, default=2, help="SAAR regenerations per failed call (paper: 3)")
+    d.add_argument("--time-limit", type=int, default=100, help="seconds per sample (bounds the demo's time)")
+    d.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the default: a reproducible demo)")
+    d.add_argument("--sandbox", default="auto", choices=["auto", "local", "docker"])
+    d.add_argument("--run", default=None, help="run name (default: a timestamp); output in results/demo/<run>/")
+    d.add_argument("--out-dir", default="results/demo")
+    d.add_argument("--display", default=None, help="Inspect display (full, rich, plain, none)")
+    return parser
+
+
+def compare_main(args: argparse.Namespace) -> int:
+    from harness.compare import read_arms, run_arms
+    from harness.report import side_by_side, write_report
+
+    run = args.run or _run_name()
+    started = time.monotonic()
+    if args.from_logs:
+        sources: list[str | Path] = list(args.from_logs)
+    else:
+        if not args.model:
+            raise CompareError("compare needs --model (or --from-logs DIR to report on existing logs)")
+        task_args = {"sandbox": args.sandbox, "seed": args.seed, **_kv(args.task_args, "-T")}
+        if args.data is not None:
+            task_args["data"] = args.data
+        sources = list(run_arms(
+            args.tasks, args.model, log_dir=Path(args.runs_dir) / run, epochs=args.epochs, limit=args.limit,
+            task_args=task_args, model_args=_kv(args.model_args, "-M"), generate=_generate_args(args),
+            arms=args.arms, display=args.display, max_samples=args.max_samples,
+        ))
+    arms, notes = read_arms(sources)
+    report = write_report(arms, Path(args.out_dir) / run, title=f"SAAR ablation: {run}", notes=notes,
+                          n_boot=args.bootstrap, seed=args.seed)
+    print(side_by_side(arms))
+    print(f"\nreport: {report}  ({time.monotonic() - started:.0f} s)")
+    return 0 if all(a.status == "success" for a in arms) else 1
+
+
+def regression_main(args: argparse.Namespace) -> int:
+    from harness.regression import regression
+
+    log_dir = args.log_dir or str(Path("results/runs/regression") / _run_name())
+    return regression(args.baselines, log_dir=log_dir, from_logs=args.from_logs or (), update=args.update,
+                      display=args.display)
+
+
+def demo_main(args: argparse.Namespace) -> int:
+    from harness.compare import read_arms, run_arms
+    from harness.report import side_by_side, write_report
+
+    run = args.run or _run_name()
+    out = Path(args.out_dir) / run
+    started = time.monotonic()
+    dirs = run_arms(
+        [DEMO_TASK], args.model, log_dir=out / "logs", limit=args.limit,
+        task_args={"data": "fixture", "sandbox": args.sandbox, "max_turns": args.max_turns,
+                   "max_retries": args.max_retries, "seed": 0},
+        generate={"temperature": args.temperature, "max_tokens": args.max_tokens, "seed": 0},
+        display=args.display, time_limit=args.time_limit,
+    )
+    arms, notes = read_arms(dirs)
+    report = write_report(arms, out, title=f"SAAR demo: {args.model} on {DEMO_TASK} (fixture, {args.limit} problems)",
+                          notes=notes)
+    print(side_by_side(arms))
+    print(f"\nreport: {report}  (total {time.monotonic() - started:.0f} s)")
+    return 0 if all(a.status == "success" for a in arms) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "compare":
+            return compare_main(args)
+        if args.command == "regression":
+            return regression_main(args)
+        return demo_main(args)
+    except CompareError as exc:
+        print(f"{args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
