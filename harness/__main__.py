@@ -84,12 +84,14 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="SAAR on vs off with the embedded CPU model on a few aime24 fixture problems")
     d.add_argument("--model", default=DEMO_MODEL)
-    d.add_argument("--limit", type=int, default=3)
+    d.add_argument("--limit", type=int, default=4, help="problems of the aime24 fixture (it has 4)")
     d.add_argument("--max-turns", type=int, default=3)
     d.add_argument("--max-tokens", type=int, default=320, help="tokens per generation")
     d.add_argument("--max-retries", type=int, default=2, help="SAAR regenerations per failed call (paper: 3)")
     d.add_argument("--time-limit", type=int, default=100, help="seconds per sample (bounds the demo's time)")
-    d.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (the default: a reproducible demo)")
+    d.add_argument(
+        "--temperature", type=float, default=1.0, help="the reference sampling (with top_p 0.6, seed 0); 0 = greedy"
+    )
     d.add_argument("--sandbox", default="auto", choices=["auto", "local", "docker"])
     d.add_argument("--run", default=None, help="run name (default: a timestamp); output in results/demo/<run>/")
     d.add_argument("--out-dir", default="results/demo")
