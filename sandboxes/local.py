@@ -352,7 +352,11 @@ class LocalSandbox(Sandbox):
         for etc in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
             if os.path.exists(etc):
                 bw += ["--ro-bind", etc, etc]
-        made: set[str] = {"/", "/usr", "/etc", "/bin", "/lib", "/lib64", "/sbin"}
+        # The work dir and a private /tmp first: the interpreter may live below /tmp (a virtualenv in a
+        # checkout there), and a later mount is laid over an earlier one, never under it.
+        bw += ["--proc", "/proc", "--dev", "/dev",
+               "--bind", str(self.workdir), BWRAP_WORKDIR, "--bind", str(self._tmpdir), "/tmp"]
+        made: set[str] = {"/", "/usr", "/etc", "/bin", "/lib", "/lib64", "/sbin", "/tmp", "/proc", "/dev"}
         for root in self._interp.roots:
             if root == "/usr" or root.startswith("/usr/"):
                 continue
@@ -363,9 +367,7 @@ class LocalSandbox(Sandbox):
                     made.add(p)
             bw += ["--ro-bind", root, root]
             made.add(root)
-        bw += ["--proc", "/proc", "--dev", "/dev",
-               "--bind", str(self.workdir), BWRAP_WORKDIR, "--bind", str(self._tmpdir), "/tmp",
-               "--chdir", chdir, "--"]
+        bw += ["--chdir", chdir, "--"]
         if self._lease is not None:
             uid = str(self._lease.uid)
             bw += [shutil.which("setpriv") or "setpriv", "--reuid", uid, "--regid", uid, "--clear-groups",
