@@ -32,7 +32,8 @@ HOST_FILE = f"/tmp/cleaner-hostile-host-file-{os.getpid()}"
 ROOT_FILE = f"/cleaner-hostile-{os.getpid()}"
 SLEEPER = f"[sys.executable, '-c', 'import time; time.sleep(1000)', '{MARKER}']"
 LINGER = f"import sys, subprocess\nsubprocess.Popen({SLEEPER})\n"
-SPIN = "import threading\nfor _ in range(4):\n    threading.Thread(target=lambda: [0 for _ in iter(int, 1) if False]"  # cpu, no memory
+# Busy threads that spin in bytecode (so the GIL is shared) without growing memory.
+SPIN = "import threading\nfor _ in range(4):\n    threading.Thread(target=lambda: [0 for _ in iter(int, 1) if False]"
 
 
 @dataclass(frozen=True)
