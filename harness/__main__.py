@@ -23,6 +23,7 @@ from harness.compare import TASKS, CompareError
 #: Defaults of the demo: small enough for 2 CPU cores in well under 15 minutes.
 DEMO_MODEL = "embedded/smollm2"
 DEMO_TASK = "aime24"
+DEMO_REPLAY = "replay/aime24.yaml"
 
 
 def _kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
@@ -141,19 +142,28 @@ def demo_main(args: argparse.Namespace) -> int:
     run = args.run or _run_name()
     out = Path(args.out_dir) / run
     started = time.monotonic()
+    task_args = {"data": "fixture", "sandbox": args.sandbox, "max_turns": args.max_turns, "seed": 0}
     dirs = run_arms(
         [DEMO_TASK], args.model, log_dir=out / "logs", limit=args.limit,
-        task_args={"data": "fixture", "sandbox": args.sandbox, "max_turns": args.max_turns,
-                   "max_retries": args.max_retries, "seed": 0},
+        task_args={**task_args, "max_retries": args.max_retries},
         generate={"temperature": args.temperature, "max_tokens": args.max_tokens, "seed": 0},
         display=args.display, time_limit=args.time_limit,
     )
     arms, notes = read_arms(dirs)
     report = write_report(arms, out, title=f"SAAR demo: {args.model} on {DEMO_TASK} (fixture, {args.limit} problems)",
                           notes=notes)
+    # The same comparison on scripted completions: a 135M model rarely writes a failing call, so this is
+    # where the demo shows the mechanism itself (shallow, deep, exhausted) on the same problems.
+    replay_dirs = run_arms([DEMO_TASK], DEMO_REPLAY, log_dir=out / "replay" / "logs", task_args=task_args,
+                           display=args.display)
+    replay_arms, replay_notes = read_arms(replay_dirs)
+    replay_report = write_report(replay_arms, out / "replay", title=f"SAAR demo: {DEMO_REPLAY} on {DEMO_TASK}",
+                                 notes=replay_notes)
     print(side_by_side(arms))
-    print(f"\nreport: {report}  (total {time.monotonic() - started:.0f} s)")
-    return 0 if all(a.status == "success" for a in arms) else 1
+    print(f"\nThe mechanism on scripted completions ({DEMO_REPLAY}):\n")
+    print(side_by_side(replay_arms))
+    print(f"\nreports: {report}, {replay_report}  (total {time.monotonic() - started:.0f} s)")
+    return 0 if all(a.status == "success" for a in [*arms, *replay_arms]) else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
