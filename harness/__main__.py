@@ -1,9 +1,9 @@
 """``python -m harness``: SAAR ablations (compare), regression evals (regression) and the CPU demo (demo).
 
-    python -m harness compare --tasks aime24 gpqa --model sglang/Qwen/Qwen3-4B --epochs 16
-    python -m harness compare --from-logs /cluster/logs/run7 --run run7
-    python -m harness regression                       # every results/baselines/*.yaml
-    python -m harness demo                             # embedded model, aime24 fixture, SAAR on vs off
+python -m harness compare --tasks aime24 gpqa --model sglang/Qwen/Qwen3-4B --epochs 16
+python -m harness compare --from-logs /cluster/logs/run7 --run run7
+python -m harness regression                       # every results/baselines/*.yaml
+python -m harness demo                             # embedded model, aime24 fixture, SAAR on vs off
 """
 
 from __future__ import annotations
@@ -114,14 +114,30 @@ def compare_main(args: argparse.Namespace) -> int:
         task_args = {"sandbox": args.sandbox, "seed": args.seed, **_kv(args.task_args, "-T")}
         if args.data is not None:
             task_args["data"] = args.data
-        sources = list(run_arms(
-            args.tasks, args.model, log_dir=Path(args.runs_dir) / run, epochs=args.epochs, limit=args.limit,
-            task_args=task_args, model_args=_kv(args.model_args, "-M"), generate=_generate_args(args),
-            arms=args.arms, display=args.display, max_samples=args.max_samples,
-        ))
+        sources = list(
+            run_arms(
+                args.tasks,
+                args.model,
+                log_dir=Path(args.runs_dir) / run,
+                epochs=args.epochs,
+                limit=args.limit,
+                task_args=task_args,
+                model_args=_kv(args.model_args, "-M"),
+                generate=_generate_args(args),
+                arms=args.arms,
+                display=args.display,
+                max_samples=args.max_samples,
+            )
+        )
     arms, notes = read_arms(sources)
-    report = write_report(arms, Path(args.out_dir) / run, title=f"SAAR ablation: {run}", notes=notes,
-                          n_boot=args.bootstrap, seed=args.seed)
+    report = write_report(
+        arms,
+        Path(args.out_dir) / run,
+        title=f"SAAR ablation: {run}",
+        notes=notes,
+        n_boot=args.bootstrap,
+        seed=args.seed,
+    )
     print(side_by_side(arms))
     print(f"\nreport: {report}  ({time.monotonic() - started:.0f} s)")
     return 0 if all(a.status == "success" for a in arms) else 1
@@ -131,8 +147,9 @@ def regression_main(args: argparse.Namespace) -> int:
     from harness.regression import regression
 
     log_dir = args.log_dir or str(Path("results/runs/regression") / _run_name())
-    return regression(args.baselines, log_dir=log_dir, from_logs=args.from_logs or (), update=args.update,
-                      display=args.display)
+    return regression(
+        args.baselines, log_dir=log_dir, from_logs=args.from_logs or (), update=args.update, display=args.display
+    )
 
 
 def demo_main(args: argparse.Namespace) -> int:
@@ -144,21 +161,28 @@ def demo_main(args: argparse.Namespace) -> int:
     started = time.monotonic()
     task_args = {"data": "fixture", "sandbox": args.sandbox, "max_turns": args.max_turns, "seed": 0}
     dirs = run_arms(
-        [DEMO_TASK], args.model, log_dir=out / "logs", limit=args.limit,
+        [DEMO_TASK],
+        args.model,
+        log_dir=out / "logs",
+        limit=args.limit,
         task_args={**task_args, "max_retries": args.max_retries},
         generate={"temperature": args.temperature, "max_tokens": args.max_tokens, "seed": 0},
-        display=args.display, time_limit=args.time_limit,
+        display=args.display,
+        time_limit=args.time_limit,
     )
     arms, notes = read_arms(dirs)
-    report = write_report(arms, out, title=f"SAAR demo: {args.model} on {DEMO_TASK} (fixture, {args.limit} problems)",
-                          notes=notes)
+    report = write_report(
+        arms, out, title=f"SAAR demo: {args.model} on {DEMO_TASK} (fixture, {args.limit} problems)", notes=notes
+    )
     # The same comparison on scripted completions: a 135M model rarely writes a failing call, so this is
     # where the demo shows the mechanism itself (shallow, deep, exhausted) on the same problems.
-    replay_dirs = run_arms([DEMO_TASK], DEMO_REPLAY, log_dir=out / "replay" / "logs", task_args=task_args,
-                           display=args.display)
+    replay_dirs = run_arms(
+        [DEMO_TASK], DEMO_REPLAY, log_dir=out / "replay" / "logs", task_args=task_args, display=args.display
+    )
     replay_arms, replay_notes = read_arms(replay_dirs)
-    replay_report = write_report(replay_arms, out / "replay", title=f"SAAR demo: {DEMO_REPLAY} on {DEMO_TASK}",
-                                 notes=replay_notes)
+    replay_report = write_report(
+        replay_arms, out / "replay", title=f"SAAR demo: {DEMO_REPLAY} on {DEMO_TASK}", notes=replay_notes
+    )
     print(side_by_side(arms))
     print(f"\nThe mechanism on scripted completions ({DEMO_REPLAY}):\n")
     print(side_by_side(replay_arms))

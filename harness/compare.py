@@ -204,8 +204,9 @@ def read_arms(paths: Sequence[str | Path]) -> tuple[list[ArmRun], list[str]]:
             old_log, old = chosen[key]
             newer = (arm.status == "success", log.eval.created) > (old.status == "success", old_log.eval.created)
             keep, drop = (arm, old) if newer else (old, arm)
-            notes.append(f"{drop.label} ({drop.model}): ignored {drop.location} (status {drop.status}), "
-                         f"used {keep.location}")
+            notes.append(
+                f"{drop.label} ({drop.model}): ignored {drop.location} (status {drop.status}), used {keep.location}"
+            )
             if newer:
                 chosen[key] = (log, arm)
         else:
@@ -269,7 +270,9 @@ def run_arms(
             )
             if not ok:
                 statuses = ", ".join(f"{lg.eval.task}: {lg.status}" for lg in logs) or "no logs"
-                raise CompareError(f"{name} / SAAR {arm}: the eval set did not finish ({statuses}); "
-                                   f"rerun the same command to resume it (logs in {arm_dir})")
+                raise CompareError(
+                    f"{name} / SAAR {arm}: the eval set did not finish ({statuses}); "
+                    f"rerun the same command to resume it (logs in {arm_dir})"
+                )
             dirs.append(arm_dir)
     return dirs

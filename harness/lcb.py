@@ -174,7 +174,7 @@ def stdout_matches(got, expected):
 
 # --------------------------------------------------------------------------- the program
 
-_DRIVER = r'''
+_DRIVER = r"""
 import io, json, sys
 _out = sys.stdout
 sys.stdout = io.StringIO()
@@ -200,9 +200,9 @@ except (TypeError, ValueError) as _exc:
     sys.exit(3)
 _out.write("\n" + sys.argv[3] + _text + "\n")
 _out.flush()
-'''
+"""
 
-_GRADER = r'''
+_GRADER = r"""
 import json, os, signal, subprocess, sys, tempfile, time
 from decimal import Decimal, InvalidOperation
 
@@ -287,7 +287,7 @@ def main():
                                "first_failure": first}))
 
 main()
-'''
+"""
 
 
 def build_grading_program(

@@ -39,11 +39,34 @@ from harness.report import summarize
 BASELINES_DIR = Path(__file__).resolve().parents[1] / "results" / "baselines"
 
 #: Metrics recorded by ``--update`` for a baseline that lists none.
-DEFAULT_METRICS = ("samples", "accuracy", "tool_calls", "tool_failures", "tool_failure_rate", "failures_kept",
-                   "saar_shallow", "saar_deep", "saar_purified", "saar_exhausted", "tokens")
+DEFAULT_METRICS = (
+    "samples",
+    "accuracy",
+    "tool_calls",
+    "tool_failures",
+    "tool_failure_rate",
+    "failures_kept",
+    "saar_shallow",
+    "saar_deep",
+    "saar_purified",
+    "saar_exhausted",
+    "tokens",
+)
 
-_KEYS = {"name", "task", "model", "dataset", "saar", "limit", "epochs", "task_args", "model_args", "generate",
-         "metrics", "description"}
+_KEYS = {
+    "name",
+    "task",
+    "model",
+    "dataset",
+    "saar",
+    "limit",
+    "epochs",
+    "task_args",
+    "model_args",
+    "generate",
+    "metrics",
+    "description",
+}
 
 
 #: Slack for floating-point noise (values are recorded to 6 decimals).
@@ -212,8 +235,11 @@ def check(baseline: Baseline, arm: ArmRun | None) -> Outcome:
         return out
     out.log = arm.location
     if arm.status != "success":
-        out.failures.append(f"{who}: eval log status is {arm.status!r}, not 'success'"
-                            + (f": {arm.error}" if arm.error else "") + f" ({arm.location})")
+        out.failures.append(
+            f"{who}: eval log status is {arm.status!r}, not 'success'"
+            + (f": {arm.error}" if arm.error else "")
+            + f" ({arm.location})"
+        )
     if arm.errored:
         out.failures.append(f"{who}: {len(arm.errored)} sample(s) errored: {', '.join(arm.errored)} ({arm.location})")
     if not arm.samples:
@@ -252,8 +278,16 @@ def run_baseline(baseline: Baseline, log_dir: str | Path, display: str | None = 
             **baseline.generate,
         )
     except Exception as exc:  # noqa: BLE001 - any failure to run is a failed baseline, reported by name
-        return ArmRun(baseline.task, baseline.arm, baseline.model, "error", "", baseline.epochs, [],
-                      error=f"{type(exc).__name__}: {exc}")
+        return ArmRun(
+            baseline.task,
+            baseline.arm,
+            baseline.model,
+            "error",
+            "",
+            baseline.epochs,
+            [],
+            error=f"{type(exc).__name__}: {exc}",
+        )
     log = logs[0]
     if log.location:
         log = read_eval_log(log.location)

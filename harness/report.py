@@ -119,8 +119,9 @@ def paired_test(off: ArmRun, on: ArmRun, n_boot: int = 10_000, seed: int = 0) ->
     if binary:
         won = sum(1 for x, y in zip(xa, xb, strict=True) if y > x)
         lost = sum(1 for x, y in zip(xa, xb, strict=True) if x > y)
-        return PairedTest(off.task, n, mean(xa), mean(xb), dbar, lo, hi, "mcnemar", mcnemar_exact(won, lost),
-                          p_boot, (won, lost))
+        return PairedTest(
+            off.task, n, mean(xa), mean(xb), dbar, lo, hi, "mcnemar", mcnemar_exact(won, lost), p_boot, (won, lost)
+        )
     return PairedTest(off.task, n, mean(xa), mean(xb), dbar, lo, hi, "bootstrap", p_boot, p_boot)
 
 
@@ -211,19 +212,49 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def arms_table(arms: Sequence[ArmRun]) -> str:
     """One row per task and arm: accuracy, tool failures, SAAR events, tokens, time."""
-    header = ["task", "arm", "model", "samples x epochs", "pass@1 ± stderr", "pass@k", "tool calls",
-              "failure rate", "failures kept", "shallow", "deep", "purified", "exhausted", "tokens/sample",
-              "s/sample", "wall s", "status"]
+    header = [
+        "task",
+        "arm",
+        "model",
+        "samples x epochs",
+        "pass@1 ± stderr",
+        "pass@k",
+        "tool calls",
+        "failure rate",
+        "failures kept",
+        "shallow",
+        "deep",
+        "purified",
+        "exhausted",
+        "tokens/sample",
+        "s/sample",
+        "wall s",
+        "status",
+    ]
     rows = []
     for a in arms:
         s = summarize(a)
-        rows.append([
-            a.task, a.arm, a.model, f"{_n(s['samples'])} x {_n(s['epochs'])}",
-            f"{s['accuracy']:.3f} ± {s['accuracy_stderr']:.3f}", f"{s['pass_at_k']:.3f} (k={_n(s['epochs'])})",
-            _n(s["tool_calls"]), f"{s['tool_failure_rate']:.3f}", _n(s["failures_kept"]), _n(s["saar_shallow"]),
-            _n(s["saar_deep"]), _n(s["saar_purified"]), _n(s["saar_exhausted"]), f"{s['tokens']:.1f}",
-            _f(s["time"], 2), _f(s["wall_time"], 1), a.status + (f" ({len(a.errored)} errored)" if a.errored else ""),
-        ])
+        rows.append(
+            [
+                a.task,
+                a.arm,
+                a.model,
+                f"{_n(s['samples'])} x {_n(s['epochs'])}",
+                f"{s['accuracy']:.3f} ± {s['accuracy_stderr']:.3f}",
+                f"{s['pass_at_k']:.3f} (k={_n(s['epochs'])})",
+                _n(s["tool_calls"]),
+                f"{s['tool_failure_rate']:.3f}",
+                _n(s["failures_kept"]),
+                _n(s["saar_shallow"]),
+                _n(s["saar_deep"]),
+                _n(s["saar_purified"]),
+                _n(s["saar_exhausted"]),
+                f"{s['tokens']:.1f}",
+                _f(s["time"], 2),
+                _f(s["wall_time"], 1),
+                a.status + (f" ({len(a.errored)} errored)" if a.errored else ""),
+            ]
+        )
     return _table(header, rows)
 
 
@@ -232,9 +263,18 @@ def tests_table(tests: Sequence[PairedTest]) -> str:
     rows = []
     for t in tests:
         method = t.method if t.discordant is None else f"McNemar exact (b={t.discordant[0]}, c={t.discordant[1]})"
-        rows.append([t.task, str(t.pairs), f"{t.off:.3f}", f"{t.on:.3f}", f"{t.diff:+.3f}",
-                     f"[{t.ci_low:+.3f}, {t.ci_high:+.3f}]", method if t.method == "mcnemar" else "paired bootstrap",
-                     f"{t.p_value:.4f}"])
+        rows.append(
+            [
+                t.task,
+                str(t.pairs),
+                f"{t.off:.3f}",
+                f"{t.on:.3f}",
+                f"{t.diff:+.3f}",
+                f"[{t.ci_low:+.3f}, {t.ci_high:+.3f}]",
+                method if t.method == "mcnemar" else "paired bootstrap",
+                f"{t.p_value:.4f}",
+            ]
+        )
     return _table(header, rows)
 
 
@@ -245,12 +285,23 @@ def error_kind_table(arms: Sequence[ArmRun]) -> str:
     for a in arms:
         s = summarize(a)
         by_kind = events_by_error_kind(a)
-        kinds = sorted({k[len("errors."):] for k in s if k.startswith("errors.")} | set(by_kind))
+        kinds = sorted({k[len("errors.") :] for k in s if k.startswith("errors.")} | set(by_kind))
         for kind in kinds:
             ev = by_kind.get(kind, Counter())
             other = sum(ev[x] for x in ("no_call", "length", "cap"))
-            rows.append([a.task, a.arm, kind, _n(s.get(f"errors.{kind}", 0.0)), str(ev["shallow"]), str(ev["deep"]),
-                         str(ev["purified"]), str(ev["exhausted"]), str(other)])
+            rows.append(
+                [
+                    a.task,
+                    a.arm,
+                    kind,
+                    _n(s.get(f"errors.{kind}", 0.0)),
+                    str(ev["shallow"]),
+                    str(ev["deep"]),
+                    str(ev["purified"]),
+                    str(ev["exhausted"]),
+                    str(other),
+                ]
+            )
     return _table(header, rows) if rows else "_No tool call failed in any arm._"
 
 
@@ -323,7 +374,7 @@ def plot_error_kinds(arms: Sequence[ArmRun], path: Path) -> None:
     bottom = [0.0] * len(arms)
     for kind in kinds:
         vals = [s.get(kind, 0.0) for s in sums]
-        ax.bar(range(len(arms)), vals, bottom=bottom, label=kind[len("errors."):])
+        ax.bar(range(len(arms)), vals, bottom=bottom, label=kind[len("errors.") :])
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax.set_xticks(range(len(arms)), labels)
     ax.set_ylabel("failed tool attempts")
@@ -343,8 +394,12 @@ def plot_saar_events(arms: Sequence[ArmRun], path: Path) -> None:
     width = 0.8 / len(shown)
     sums = [summarize(a) for a in runs]
     for j, action in enumerate(shown):
-        ax.bar([i + (j - (len(shown) - 1) / 2) * width for i in range(len(runs))],
-               [s[f"saar_{action}"] for s in sums], width, label=action)
+        ax.bar(
+            [i + (j - (len(shown) - 1) / 2) * width for i in range(len(runs))],
+            [s[f"saar_{action}"] for s in sums],
+            width,
+            label=action,
+        )
     ax.set_xticks(range(len(runs)), [a.task for a in runs])
     ax.set_ylabel("events")
     ax.set_title("SAAR events: shallow vs deep replacement")
@@ -406,8 +461,11 @@ def write_report(
     plot_error_kinds(arms, out / "error_kinds.png")
     plot_saar_events(arms, out / "saar_events.png")
     plot_tokens(arms, out / "tokens.png")
-    bad = [f"{a.label}: log status {a.status}" + (f" ({a.error})" if a.error else "") + f" - {a.location}"
-           for a in arms if a.status != "success"]
+    bad = [
+        f"{a.label}: log status {a.status}" + (f" ({a.error})" if a.error else "") + f" - {a.location}"
+        for a in arms
+        if a.status != "success"
+    ]
     parts = [
         f"# {title}",
         "",
@@ -442,8 +500,17 @@ def write_report(
     report = out / "report.md"
     report.write_text("\n".join(parts), encoding="utf-8")
     summary = {
-        "arms": [{"task": a.task, "arm": a.arm, "model": a.model, "status": a.status, "log": a.location,
-                  "metrics": summarize(a)} for a in arms],
+        "arms": [
+            {
+                "task": a.task,
+                "arm": a.arm,
+                "model": a.model,
+                "status": a.status,
+                "log": a.location,
+                "metrics": summarize(a),
+            }
+            for a in arms
+        ],
         "tests": [asdict(t) for t in tests],
         "notes": [*bad, *unpaired, *notes],
     }

@@ -29,8 +29,12 @@ from typing import Any
 
 TRIVIAL = "print(1)"
 NUMPY = "import numpy as np\nprint(float(np.linalg.det(np.eye(50) * 2)))"
-TARGETS = {"docker_trivial_p50_ms": 5.0, "docker_trivial_p99_ms": 25.0, "docker_calls_per_s_c8": 300.0,
-           "speedup_vs_docker_exec_p50": 20.0}
+TARGETS = {
+    "docker_trivial_p50_ms": 5.0,
+    "docker_trivial_p99_ms": 25.0,
+    "docker_calls_per_s_c8": 300.0,
+    "speedup_vs_docker_exec_p50": 20.0,
+}
 
 Call = Callable[[str], Awaitable[Any]]
 
@@ -54,8 +58,12 @@ async def latency(call: Call, code: str, n: int) -> dict[str, float]:
         worker = getattr(result, "extra", {}).get("worker_duration")
         if worker is not None:
             inside.append(worker * 1000)
-    figures = {"p50_ms": round(_pct(times, 0.5), 2), "p99_ms": round(_pct(times, 0.99), 2),
-               "mean_ms": round(statistics.fmean(times), 2), "n": n}
+    figures = {
+        "p50_ms": round(_pct(times, 0.5), 2),
+        "p99_ms": round(_pct(times, 0.99), 2),
+        "mean_ms": round(statistics.fmean(times), 2),
+        "n": n,
+    }
     if inside:  # the part spent inside the container (fork, run, collect), the rest is transport
         figures["in_container_p50_ms"] = round(_pct(inside, 0.5), 2)
     return figures
@@ -103,18 +111,23 @@ async def bench_docker(args: argparse.Namespace, out: dict[str, Any]) -> None:
                 str(c): await throughput([s.run_python for s in sandboxes[:c]], args.total) for c in (1, 4, 8)
             },
             "cold_start_ms": {"p50": round(_pct(cold, 0.5), 1), "max": round(max(cold), 1), "n": len(cold)},
-            "checkout_ms": {"p50": round(_pct(checkout, 0.5), 3), "p99": round(_pct(checkout, 0.99), 3),
-                            "includes": "acquire from a warm pool"},
+            "checkout_ms": {
+                "p50": round(_pct(checkout, 0.5), 3),
+                "p99": round(_pct(checkout, 0.99), 3),
+                "includes": "acquire from a warm pool",
+            },
             "memory_mb_per_container": await asyncio.to_thread(_memory_mb, first._current.container),
         }
         out["docker"] = result
         # The baseline: a new interpreter per call through `docker exec`, in a container of the same image.
         cid = first.container_id
         out["baseline_docker_exec"] = {
-            "trivial": await latency(lambda c: _subprocess(["docker", "exec", cid, "python3", "-c", c]), TRIVIAL,
-                                     args.baseline_n),
-            "numpy": await latency(lambda c: _subprocess(["docker", "exec", cid, "python3", "-c", c]), NUMPY,
-                                   args.baseline_n),
+            "trivial": await latency(
+                lambda c: _subprocess(["docker", "exec", cid, "python3", "-c", c]), TRIVIAL, args.baseline_n
+            ),
+            "numpy": await latency(
+                lambda c: _subprocess(["docker", "exec", cid, "python3", "-c", c]), NUMPY, args.baseline_n
+            ),
         }
         for sb in sandboxes:
             await backend.release(sb)
@@ -132,13 +145,15 @@ def _memory_mb(container: Any) -> dict[str, float]:
     detail = stats.get("stats", {})
     usage = stats.get("usage", 0)
     cache = detail.get("total_inactive_file", detail.get("inactive_file", 0))
-    return {"usage": round(usage / 1e6, 1), "usage_minus_inactive_cache": round((usage - cache) / 1e6, 1),
-            "rss": round(detail.get("total_rss", detail.get("anon", 0)) / 1e6, 1)}
+    return {
+        "usage": round(usage / 1e6, 1),
+        "usage_minus_inactive_cache": round((usage - cache) / 1e6, 1),
+        "rss": round(detail.get("total_rss", detail.get("anon", 0)) / 1e6, 1),
+    }
 
 
 async def _subprocess(argv: list[str]) -> Any:
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await proc.communicate()
     if proc.returncode != 0:
         raise RuntimeError(f"{argv[:3]} failed: {err.decode(errors='replace')[-300:]}")
@@ -173,8 +188,12 @@ async def bench_local(args: argparse.Namespace, out: dict[str, Any]) -> None:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
-        "machine": {"cpus": os.cpu_count(), "load_avg_before": [round(x, 2) for x in os.getloadavg()],
-                    "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_avg_before": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
     }
     if not args.skip_docker:
         from sandboxes.docker_backend import docker_available, image_present

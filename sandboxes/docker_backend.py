@@ -261,14 +261,18 @@ async def _start_container(client: Any, config: DockerConfig, image: str) -> _Co
                 client.api.attach_socket, container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
         else:
-            exec_id = (await asyncio.to_thread(
-                client.api.exec_create, container.id, worker_cmd, stdin=True, user=config.user, workdir=WORKDIR
-            ))["Id"]
+            exec_id = (
+                await asyncio.to_thread(
+                    client.api.exec_create, container.id, worker_cmd, stdin=True, user=config.user, workdir=WORKDIR
+                )
+            )["Id"]
             raw = await asyncio.to_thread(client.api.exec_start, exec_id, socket=True)
         sock = getattr(raw, "_sock", raw)
         if not isinstance(sock, socket.socket):
-            raise RuntimeError(f"the docker transport gave a {type(sock).__name__}, not a socket (TLS or ssh hosts "
-                               "are not supported by the docker sandbox; use the local unix socket)")
+            raise RuntimeError(
+                f"the docker transport gave a {type(sock).__name__}, not a socket (TLS or ssh hosts "
+                "are not supported by the docker sandbox; use the local unix socket)"
+            )
         reader, writer = await asyncio.open_connection(sock=sock)
         channel = _Channel(reader, writer)
         answer = await asyncio.wait_for(channel.request({"op": "ping"}), config.start_timeout)
@@ -441,8 +445,10 @@ class DockerSandbox(Sandbox):
             "timeout": timeout,
             "max_output": self.config.max_output,
             "stdin": base64.b64encode(stdin.encode() if isinstance(stdin, str) else stdin).decode(),
-            "files": {_check_name(n): base64.b64encode(c.encode() if isinstance(c, str) else c).decode()
-                      for n, c in (files or {}).items()},
+            "files": {
+                _check_name(n): base64.b64encode(c.encode() if isinstance(c, str) else c).decode()
+                for n, c in (files or {}).items()
+            },
         }
         async with self._lock:
             start = time.monotonic()
@@ -471,8 +477,12 @@ class DockerSandbox(Sandbox):
 
     def _failed(self, message: str, start: float) -> ExecResult:
         return ExecResult(
-            ok=False, stderr=message, exit_code=None, error_kind=SANDBOX_ERROR,
-            duration=time.monotonic() - start, sandbox_failed=True,
+            ok=False,
+            stderr=message,
+            exit_code=None,
+            error_kind=SANDBOX_ERROR,
+            duration=time.monotonic() - start,
+            sandbox_failed=True,
             extra={"backend": "docker", "replacements": self.replacements},
         )
 
@@ -481,16 +491,27 @@ class DockerSandbox(Sandbox):
         stderr = base64.b64decode(answer["stderr"]).decode("utf-8", "replace")
         timed_out, exceeded = bool(answer["timed_out"]), bool(answer["output_exceeded"])
         exit_code = answer["exit_code"]
-        kind = classify(exit_code, stderr, timed_out=timed_out, output_exceeded=exceeded,
-                        oom_killed=bool(answer.get("oom_killed")))
-        extra: dict[str, Any] = {"backend": "docker", "container": current.short_id,
-                                 "worker_duration": answer.get("duration")}
+        kind = classify(
+            exit_code, stderr, timed_out=timed_out, output_exceeded=exceeded, oom_killed=bool(answer.get("oom_killed"))
+        )
+        extra: dict[str, Any] = {
+            "backend": "docker",
+            "container": current.short_id,
+            "worker_duration": answer.get("duration"),
+        }
         if exceeded:
             extra["truncated_at_bytes"] = self.config.max_output
         if self.config.stateful:
             extra["state_lost"] = bool(answer.get("state_lost"))
-        return ExecResult(ok=kind is None, stdout=stdout, stderr=stderr, exit_code=exit_code, error_kind=kind,
-                          duration=time.monotonic() - start, extra=extra)
+        return ExecResult(
+            ok=kind is None,
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=exit_code,
+            error_kind=kind,
+            duration=time.monotonic() - start,
+            extra=extra,
+        )
 
 
 def _check_name(name: str) -> str:

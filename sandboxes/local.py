@@ -307,8 +307,12 @@ class LocalSandbox(Sandbox):
         if self._interp.path not in _plain_drop_ok:
             try:
                 out = subprocess.run(
-                    [self._interp.path, "-E", "-s", "-c", "pass"], capture_output=True, timeout=30,
-                    cwd=self.workdir, env=self._env("none"), **self._user_kwargs("none"),
+                    [self._interp.path, "-E", "-s", "-c", "pass"],
+                    capture_output=True,
+                    timeout=30,
+                    cwd=self.workdir,
+                    env=self._env("none"),
+                    **self._user_kwargs("none"),
                 )
                 _plain_drop_ok[self._interp.path] = out.returncode == 0
             except (OSError, subprocess.SubprocessError):
@@ -341,8 +345,18 @@ class LocalSandbox(Sandbox):
         """The full command line: ``argv`` alone, or inside bwrap (and setpriv when dropping root)."""
         if not force_bwrap and self.isolation != "bwrap":
             return argv
-        bw = [bwrap_path() or "bwrap", "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-              "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+        bw = [
+            bwrap_path() or "bwrap",
+            "--unshare-net",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--die-with-parent",
+            "--new-session",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
         for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             top = Path("/") / name
             if top.is_symlink():
@@ -354,8 +368,18 @@ class LocalSandbox(Sandbox):
                 bw += ["--ro-bind", etc, etc]
         # The work dir and a private /tmp first: the interpreter may live below /tmp (a virtualenv in a
         # checkout there), and a later mount is laid over an earlier one, never under it.
-        bw += ["--proc", "/proc", "--dev", "/dev",
-               "--bind", str(self.workdir), BWRAP_WORKDIR, "--bind", str(self._tmpdir), "/tmp"]
+        bw += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--bind",
+            str(self.workdir),
+            BWRAP_WORKDIR,
+            "--bind",
+            str(self._tmpdir),
+            "/tmp",
+        ]
         made: set[str] = {"/", "/usr", "/etc", "/bin", "/lib", "/lib64", "/sbin", "/tmp", "/proc", "/dev"}
         for root in self._interp.roots:
             if root == "/usr" or root.startswith("/usr/"):
@@ -370,8 +394,18 @@ class LocalSandbox(Sandbox):
         bw += ["--chdir", chdir, "--"]
         if self._lease is not None:
             uid = str(self._lease.uid)
-            bw += [shutil.which("setpriv") or "setpriv", "--reuid", uid, "--regid", uid, "--clear-groups",
-                   "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+            bw += [
+                shutil.which("setpriv") or "setpriv",
+                "--reuid",
+                uid,
+                "--regid",
+                uid,
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
         return bw + argv
 
     def _preexec(self, cpu_seconds: int, nproc: int) -> None:
@@ -489,24 +523,44 @@ class LocalSandbox(Sandbox):
         self._make_dirs()
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, cwd=cwd, env=env, start_new_session=True,
-                preexec_fn=lambda: self._preexec(cpu, nproc), **self._user_kwargs(self.isolation),
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                preexec_fn=lambda: self._preexec(cpu, nproc),
+                **self._user_kwargs(self.isolation),
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
-            return ExecResult(ok=False, stderr=f"cannot run {argv[0]!r}: {exc}", exit_code=127,
-                              error_kind=SANDBOX_ERROR, duration=time.monotonic() - start, extra=self._extra())
+            return ExecResult(
+                ok=False,
+                stderr=f"cannot run {argv[0]!r}: {exc}",
+                exit_code=127,
+                error_kind=SANDBOX_ERROR,
+                duration=time.monotonic() - start,
+                extra=self._extra(),
+            )
         except (OSError, subprocess.SubprocessError) as exc:
-            return ExecResult(ok=False, stderr=f"the local sandbox could not start the program: {exc}",
-                              exit_code=None, error_kind=SANDBOX_ERROR, duration=time.monotonic() - start,
-                              sandbox_failed=True, extra=self._extra())
+            return ExecResult(
+                ok=False,
+                stderr=f"the local sandbox could not start the program: {exc}",
+                exit_code=None,
+                error_kind=SANDBOX_ERROR,
+                duration=time.monotonic() - start,
+                sandbox_failed=True,
+                extra=self._extra(),
+            )
 
         cap = self.config.max_output_bytes
         out, err = bytearray(), bytearray()
         flood = asyncio.Event()
         assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
-        readers = [asyncio.create_task(_pump(proc.stdout, out, cap, flood)),
-                   asyncio.create_task(_pump(proc.stderr, err, cap, flood))]
+        readers = [
+            asyncio.create_task(_pump(proc.stdout, out, cap, flood)),
+            asyncio.create_task(_pump(proc.stderr, err, cap, flood)),
+        ]
         feeder = asyncio.create_task(_feed(proc.stdin, data))
         waiter = asyncio.create_task(_exited(proc))
         flooded = asyncio.create_task(flood.wait())
@@ -527,21 +581,38 @@ class LocalSandbox(Sandbox):
                 pass
         if not waiter.done():  # unkillable (should not happen): report a sandbox failure, do not hang
             waiter.cancel()
-            return ExecResult(ok=False, stdout=_text(out), stderr=_text(err), exit_code=None,
-                              error_kind=SANDBOX_ERROR, duration=time.monotonic() - start,
-                              sandbox_failed=True, extra=self._extra())
+            return ExecResult(
+                ok=False,
+                stdout=_text(out),
+                stderr=_text(err),
+                exit_code=None,
+                error_kind=SANDBOX_ERROR,
+                duration=time.monotonic() - start,
+                sandbox_failed=True,
+                extra=self._extra(),
+            )
         code = proc.returncode
         if self.isolation == "bwrap" and code is not None and 128 < code < 160:
             code = -(code - 128)  # bwrap's init reports a signal death as 128 + N
         stdout, stderr = _text(out), _text(err)
-        kind = classify(None if (timed_out or output_exceeded) else code, stderr,
-                        timed_out=timed_out, output_exceeded=output_exceeded)
+        kind = classify(
+            None if (timed_out or output_exceeded) else code,
+            stderr,
+            timed_out=timed_out,
+            output_exceeded=output_exceeded,
+        )
         extra = self._extra()
         if output_exceeded:
             extra["truncated_at_bytes"] = cap
-        return ExecResult(ok=kind is None, stdout=stdout, stderr=stderr,
-                          exit_code=None if (timed_out or output_exceeded) else code, error_kind=kind,
-                          duration=time.monotonic() - start, extra=extra)
+        return ExecResult(
+            ok=kind is None,
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=None if (timed_out or output_exceeded) else code,
+            error_kind=kind,
+            duration=time.monotonic() - start,
+            extra=extra,
+        )
 
     def _extra(self) -> dict[str, Any]:
         return {"backend": "local", "isolation": self.isolation, "uid": self.uid}

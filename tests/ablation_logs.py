@@ -46,8 +46,15 @@ def trajectory(
 
 
 def event(action: str, kind: str = "NameError", ok: bool = False, turn: int = 0, retry: int = 1) -> dict[str, Any]:
-    return {"turn": turn, "retry": retry, "action": action, "error_kind": kind, "similarity": 0.7 if action ==
-            "shallow" else 0.2, "ok": ok, "tokens": 10}
+    return {
+        "turn": turn,
+        "retry": retry,
+        "action": action,
+        "error_kind": kind,
+        "similarity": 0.7 if action == "shallow" else 0.2,
+        "ok": ok,
+        "tokens": 10,
+    }
 
 
 def make_log(
@@ -74,15 +81,29 @@ def make_log(
     out = []
     for sid, epoch, acc, traj in samples:
         value = {"accuracy": acc, "tool_calls": float(traj["tool_calls"]), "tokens": float(traj["tokens_generated"])}
-        out.append(EvalSample(id=sid, epoch=epoch, input="q", target="1", total_time=2.0,
-                              scores={"math_scorer": Score(value=value, metadata={"trajectory": traj})}))
+        out.append(
+            EvalSample(
+                id=sid,
+                epoch=epoch,
+                input="q",
+                target="1",
+                total_time=2.0,
+                scores={"math_scorer": Score(value=value, metadata={"trajectory": traj})},
+            )
+        )
     for sid, epoch in errored:
         from inspect_ai._util.error import EvalError
 
-        out.append(EvalSample(id=sid, epoch=epoch, input="q", target="1",
-                              error=EvalError(message="boom", traceback="", traceback_ansi="")))
-    stats = EvalStats(started_at="2025-06-01T12:00:00+00:00",
-                      completed_at=f"2025-06-01T12:00:{int(seconds):02d}+00:00")
+        out.append(
+            EvalSample(
+                id=sid,
+                epoch=epoch,
+                input="q",
+                target="1",
+                error=EvalError(message="boom", traceback="", traceback_ansi=""),
+            )
+        )
+    stats = EvalStats(started_at="2025-06-01T12:00:00+00:00", completed_at=f"2025-06-01T12:00:{int(seconds):02d}+00:00")
     log = EvalLog(status=status, eval=spec, samples=out, stats=stats)  # type: ignore[arg-type]
     path = directory / f"2025-06-01T12-00-00+00-00_{task}-{'on' if saar else 'off'}_{next(_counter)}.eval"
     write_eval_log(log, str(path))

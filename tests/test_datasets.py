@@ -38,8 +38,12 @@ def _write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
 
 @pytest.mark.parametrize(
     ("loader", "count", "kind"),
-    [(ds.load_aime24, 4, "math"), (ds.load_aime25, 3, "math"), (ds.load_gpqa, 4, "gpqa"),
-     (ds.load_livecodebench, 3, "code")],
+    [
+        (ds.load_aime24, 4, "math"),
+        (ds.load_aime25, 3, "math"),
+        (ds.load_gpqa, 4, "gpqa"),
+        (ds.load_livecodebench, 3, "code"),
+    ],
 )
 def test_fixtures_load(loader, count: int, kind: str) -> None:
     problems = loader("fixture")
@@ -82,8 +86,10 @@ def test_local_file_directory_and_parquet(tmp_path: Path) -> None:
 
     folder = tmp_path / "aime"
     folder.mkdir()
-    pq.write_table(pa.Table.from_pylist(rows + [{"ID": "x-2", "Problem": "2+2?", "Solution": "", "Answer": 4}]),
-                   folder / "aime_2024_problems.parquet")
+    pq.write_table(
+        pa.Table.from_pylist(rows + [{"ID": "x-2", "Problem": "2+2?", "Solution": "", "Answer": 4}]),
+        folder / "aime_2024_problems.parquet",
+    )
     assert [p.id for p in ds.load_aime24(folder)] == ["x-1", "x-2"]
 
 

@@ -72,70 +72,135 @@ def capped(r: ExecResult) -> None:
 
 
 CASES = [
-    Hostile("fork_bomb", "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
-            kind("Timeout"), local_needs_uid=True),
+    Hostile(
+        "fork_bomb",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        kind("Timeout"),
+        local_needs_uid=True,
+    ),
     Hostile("memory_bomb_at_once", "x = b'x' * (3 * 1024**3)\nprint(len(x))", kind("MemoryError")),
-    Hostile("memory_bomb_growing", "a = []\nwhile True:\n    a.append(b'x' * 10**7)", kind("MemoryError"), timeout=5,
-            local_check=kind("MemoryError", "Timeout")),
+    Hostile(
+        "memory_bomb_growing",
+        "a = []\nwhile True:\n    a.append(b'x' * 10**7)",
+        kind("MemoryError"),
+        timeout=5,
+        local_check=kind("MemoryError", "Timeout"),
+    ),
     Hostile("infinite_loop", "while True:\n    pass", kind("Timeout")),
     Hostile("busy_threads", SPIN + ").start()\nprint('started')", kind("Timeout")),
     Hostile("busy_daemon_threads", SPIN + ", daemon=True).start()\nprint('returned')", ok_with("returned")),
     Hostile("background_child_outlives_call", LINGER + "print('left one behind')", ok_with("left one behind")),
-    Hostile("background_child_without_stdio",
-            f"import sys, subprocess\nsubprocess.Popen({SLEEPER}, stdin=subprocess.DEVNULL, "
-            "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint('ok')",
-            ok_with("ok")),
-    Hostile("setsid_escape",
-            "import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-            f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1000)', '{MARKER}'])\n"
-            "    os._exit(0)\nprint('escaped?')", ok_with("escaped?"), local_needs_uid=True),
+    Hostile(
+        "background_child_without_stdio",
+        f"import sys, subprocess\nsubprocess.Popen({SLEEPER}, stdin=subprocess.DEVNULL, "
+        "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\nprint('ok')",
+        ok_with("ok"),
+    ),
+    Hostile(
+        "setsid_escape",
+        "import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1000)', '{MARKER}'])\n"
+        "    os._exit(0)\nprint('escaped?')",
+        ok_with("escaped?"),
+        local_needs_uid=True,
+    ),
     Hostile("sleep_forever", "import time\ntime.sleep(10**6)", kind("Timeout")),
     Hostile("stop_itself", "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)", kind("Timeout")),
     Hostile("read_stdin_line", "input()", kind("EOFError")),
     Hostile("read_all_stdin", "import sys\nprint(repr(sys.stdin.read()))", ok_with("''")),
-    Hostile("gigabyte_of_stdout", "import sys\nchunk = 'z' * 2**20\nfor _ in range(1024):\n    sys.stdout.write(chunk)",
-            capped, timeout=10),
+    Hostile(
+        "gigabyte_of_stdout",
+        "import sys\nchunk = 'z' * 2**20\nfor _ in range(1024):\n    sys.stdout.write(chunk)",
+        capped,
+        timeout=10,
+    ),
     Hostile("stderr_flood", "import sys\nwhile True:\n    sys.stderr.write('e' * 65536)", capped, timeout=10),
-    Hostile("non_utf8_bytes", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x80 and text')",
-            ok_with("\ufffd and text")),
-    Hostile("fill_the_tmpfs", "with open('big', 'wb') as f:\n    while True:\n        f.write(b'0' * 2**20)",
-            kind("OSError"), backends=("docker",), timeout=5),
+    Hostile(
+        "non_utf8_bytes", "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x80 and text')", ok_with("\ufffd and text")
+    ),
+    Hostile(
+        "fill_the_tmpfs",
+        "with open('big', 'wb') as f:\n    while True:\n        f.write(b'0' * 2**20)",
+        kind("OSError"),
+        backends=("docker",),
+        timeout=5,
+    ),
     Hostile("write_to_root", f"open('{ROOT_FILE}', 'w').write('pwned')", kind("PermissionError", "OSError")),
-    Hostile("connect_loopback", "import socket\nsocket.create_connection(('127.0.0.1', 1), timeout=1)",
-            kind("ConnectionRefusedError", "OSError", "TimeoutError")),
-    Hostile("connect_outside", "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)",
-            kind("OSError", "TimeoutError"), backends=("docker",)),
-    Hostile("dns_lookup", "import socket\nsocket.getaddrinfo('example.com', 80)",
-            kind("gaierror", "OSError"), backends=("docker",)),
+    Hostile(
+        "connect_loopback",
+        "import socket\nsocket.create_connection(('127.0.0.1', 1), timeout=1)",
+        kind("ConnectionRefusedError", "OSError", "TimeoutError"),
+    ),
+    Hostile(
+        "connect_outside",
+        "import socket\nsocket.create_connection(('192.0.2.1', 80), timeout=1)",
+        kind("OSError", "TimeoutError"),
+        backends=("docker",),
+    ),
+    Hostile(
+        "dns_lookup",
+        "import socket\nsocket.getaddrinfo('example.com', 80)",
+        kind("gaierror", "OSError"),
+        backends=("docker",),
+    ),
     Hostile("read_environment_for_secrets", "import os\nprint(dict(os.environ))", no_secret),
-    Hostile("look_for_host_files", f"print(open('{HOST_FILE}').read())", kind("FileNotFoundError"),
-            backends=("docker",)),
+    Hostile(
+        "look_for_host_files", f"print(open('{HOST_FILE}').read())", kind("FileNotFoundError"), backends=("docker",)
+    ),
     Hostile("os_exit", "import os\nprint('bye', flush=True)\nos._exit(7)", kind("NonZeroExit")),
     Hostile("kill_itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", kind("Killed")),
     Hostile("segfault_via_ctypes", "import ctypes\nctypes.string_at(0)", kind("Segfault")),
     Hostile("deep_recursion", "def f(n):\n    return f(n + 1)\nf(0)", kind("RecursionError")),
-    Hostile("stack_overflow", "import sys\nsys.setrecursionlimit(10**8)\ndef f(n):\n    return f(n + 1)\nf(0)",
-            kind("Segfault", "MemoryError", "RecursionError"), local_check=kind("Segfault", "MemoryError", "Timeout")),
+    Hostile(
+        "stack_overflow",
+        "import sys\nsys.setrecursionlimit(10**8)\ndef f(n):\n    return f(n + 1)\nf(0)",
+        kind("Segfault", "MemoryError", "RecursionError"),
+        local_check=kind("Segfault", "MemoryError", "Timeout"),
+    ),
     Hostile("huge_integer", "x = 2 ** (2 ** 40)", kind("MemoryError", "OverflowError", "Timeout")),
     Hostile("huge_integer_to_text", "print(10 ** 100000)", kind("ValueError")),
-    Hostile("zombies", "import os\nfor _ in range(20):\n    if os.fork() == 0:\n        os._exit(0)\n"
-            "print('made zombies')",
-            ok_with("made zombies"), local_needs_uid=True),
-    Hostile("exhaust_pids_and_leave", "import os, time\nn = 0\nwhile True:\n    try:\n        pid = os.fork()\n"
-            "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(1000)\n        os._exit(0)\n"
-            "    n += 1\n"
-            "print('forked', n)", ok_with("forked"), local_needs_uid=True, timeout=5),
-    Hostile("signals_to_parent", "import os, signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, "
-            "signal.SIGSTOP, signal.SIGUSR1):\n    os.kill(os.getppid(), s)\nprint('sent')",
-            ok_with("sent"), backends=("docker",)),
-    Hostile("kill_the_interpreter", "import os, signal\nos.kill(1, signal.SIGKILL)\n"
-            "os.kill(os.getppid(), signal.SIGKILL)\n"
-            "print('still here')", ok_with("still here"), backends=("docker",)),
+    Hostile(
+        "zombies",
+        "import os\nfor _ in range(20):\n    if os.fork() == 0:\n        os._exit(0)\nprint('made zombies')",
+        ok_with("made zombies"),
+        local_needs_uid=True,
+    ),
+    Hostile(
+        "exhaust_pids_and_leave",
+        "import os, time\nn = 0\nwhile True:\n    try:\n        pid = os.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(1000)\n        os._exit(0)\n"
+        "    n += 1\n"
+        "print('forked', n)",
+        ok_with("forked"),
+        local_needs_uid=True,
+        timeout=5,
+    ),
+    Hostile(
+        "signals_to_parent",
+        "import os, signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, "
+        "signal.SIGSTOP, signal.SIGUSR1):\n    os.kill(os.getppid(), s)\nprint('sent')",
+        ok_with("sent"),
+        backends=("docker",),
+    ),
+    Hostile(
+        "kill_the_interpreter",
+        "import os, signal\nos.kill(1, signal.SIGKILL)\nos.kill(os.getppid(), signal.SIGKILL)\nprint('still here')",
+        ok_with("still here"),
+        backends=("docker",),
+    ),
     # kill(-1) spares PID 1 and the caller: in the container it kills nothing else; locally, nothing of the host
-    Hostile("kill_every_process", "import os, signal\nos.kill(-1, signal.SIGKILL)",
-            kind(None, "ProcessLookupError"), local_needs_uid=True),
-    Hostile("delete_the_work_dir", "import os, shutil\nopen('f', 'w').write('x')\nshutil.rmtree(os.getcwd(), "
-            "ignore_errors=True)\nprint('deleted')", ok_with("deleted")),
+    Hostile(
+        "kill_every_process",
+        "import os, signal\nos.kill(-1, signal.SIGKILL)",
+        kind(None, "ProcessLookupError"),
+        local_needs_uid=True,
+    ),
+    Hostile(
+        "delete_the_work_dir",
+        "import os, shutil\nopen('f', 'w').write('x')\nshutil.rmtree(os.getcwd(), "
+        "ignore_errors=True)\nprint('deleted')",
+        ok_with("deleted"),
+    ),
     Hostile("lock_the_work_dir", "import os\nos.chmod('.', 0)\nprint('locked')", ok_with("locked")),
     Hostile("close_stdio", "import os\nos.close(0)\nos.close(1)\nos.close(2)", kind(None)),
     Hostile("exhaust_file_descriptors", "fs = []\nwhile True:\n    fs.append(open('/dev/null'))", kind("OSError")),

@@ -39,8 +39,12 @@ class SubprocessSandbox(Sandbox):
     async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
         start = time.monotonic()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", code, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-c",
+            code,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         data = stdin.encode() if isinstance(stdin, str) else stdin
         try:
@@ -49,8 +53,13 @@ class SubprocessSandbox(Sandbox):
             proc.kill()
             await proc.wait()
             return ExecResult(ok=False, exit_code=None, error_kind="Timeout", duration=time.monotonic() - start)
-        return ExecResult(ok=proc.returncode == 0, stdout=out.decode(), stderr=err.decode(),
-                          exit_code=proc.returncode, duration=time.monotonic() - start)
+        return ExecResult(
+            ok=proc.returncode == 0,
+            stdout=out.decode(),
+            stderr=err.decode(),
+            exit_code=proc.returncode,
+            duration=time.monotonic() - start,
+        )
 
 
 class BrokenSandbox(Sandbox):
@@ -59,8 +68,9 @@ class BrokenSandbox(Sandbox):
     backend = "broken"
 
     async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
-        return ExecResult(ok=False, exit_code=None, error_kind="SandboxError", stderr="container died",
-                          sandbox_failed=True)
+        return ExecResult(
+            ok=False, exit_code=None, error_kind="SandboxError", stderr="container died", sandbox_failed=True
+        )
 
 
 @pytest.fixture

@@ -37,8 +37,19 @@ def run_logs(tmp_path: Path) -> Path:
     d = tmp_path / "logs"
     d.mkdir()
     samples = [
-        ("a", 1, 1.0, T(calls=2, failures=1, tokens=50, saar_on=True, error_kinds={"NameError": 1},
-                        events=[E("shallow", "NameError", ok=True)])),
+        (
+            "a",
+            1,
+            1.0,
+            T(
+                calls=2,
+                failures=1,
+                tokens=50,
+                saar_on=True,
+                error_kinds={"NameError": 1},
+                events=[E("shallow", "NameError", ok=True)],
+            ),
+        ),
         ("b", 1, 0.0, T(calls=1, tokens=30, saar_on=True)),
     ]
     logs.make_log(d, "aime24", True, samples, model=MODEL)
@@ -52,15 +63,19 @@ def _run(baselines: list[Path], from_logs: Path, tmp_path: Path) -> tuple[int, s
 
 
 def test_met_baseline_passes(run_logs: Path, tmp_path: Path):
-    b = _baseline(tmp_path, "ok", metrics={
-        "accuracy": {"value": 0.5, "tolerance": 0.0},
-        "tool_failure_rate": {"value": 1 / 3, "tolerance": 0.001},
-        "saar_shallow": 1,
-        "saar_deep": 0,
-        "errors.NameError": 1,
-        "errors.Timeout": 0,
-        "tokens": {"min": 10, "max": 100},
-    })
+    b = _baseline(
+        tmp_path,
+        "ok",
+        metrics={
+            "accuracy": {"value": 0.5, "tolerance": 0.0},
+            "tool_failure_rate": {"value": 1 / 3, "tolerance": 0.001},
+            "saar_shallow": 1,
+            "saar_deep": 0,
+            "errors.NameError": 1,
+            "errors.Timeout": 0,
+            "tokens": {"min": 10, "max": 100},
+        },
+    )
     rc, out = _run([b], run_logs, tmp_path)
     assert rc == 0, out
     assert "PASS  ok" in out and "1 passed, 0 failed" in out
@@ -165,8 +180,14 @@ def test_real_replay_run_meets_its_baseline_and_a_tampered_copy_fails(tmp_path: 
 
 
 def test_a_run_that_errors_fails_the_regression(tmp_path: Path):
-    path = _baseline(tmp_path, "broken", task="aime25", model="replay/does-not-exist.yaml",
-                     task_args={"sandbox": "local"}, metrics={"accuracy": 1.0})
+    path = _baseline(
+        tmp_path,
+        "broken",
+        task="aime25",
+        model="replay/does-not-exist.yaml",
+        task_args={"sandbox": "local"},
+        metrics={"accuracy": 1.0},
+    )
     lines: list[str] = []
     assert regression([path], log_dir=tmp_path / "runs", echo=lines.append) == 1
     out = "\n".join(lines)

@@ -41,12 +41,31 @@ def log_dir(tmp_path: Path) -> Path:
         *_both_epochs("s4", (0, 0), T(tokens=400)),
     ]
     on = [
-        *_both_epochs("s1", (1, 1), T(calls=3, failures=1, tokens=120, saar_on=True, error_kinds={"NameError": 1},
-                                      events=[E("shallow", "NameError", ok=True)])),
+        *_both_epochs(
+            "s1",
+            (1, 1),
+            T(
+                calls=3,
+                failures=1,
+                tokens=120,
+                saar_on=True,
+                error_kinds={"NameError": 1},
+                events=[E("shallow", "NameError", ok=True)],
+            ),
+        ),
         *_both_epochs("s2", (1, 1), T(calls=1, tokens=200, saar_on=True)),
-        *_both_epochs("s3", (1, 0), T(calls=3, failures=2, tokens=350, saar_on=True, error_kinds={"SyntaxError": 2},
-                                      events=[E("deep", "SyntaxError"),
-                                              E("shallow", "SyntaxError", ok=True, retry=2)])),
+        *_both_epochs(
+            "s3",
+            (1, 0),
+            T(
+                calls=3,
+                failures=2,
+                tokens=350,
+                saar_on=True,
+                error_kinds={"SyntaxError": 2},
+                events=[E("deep", "SyntaxError"), E("shallow", "SyntaxError", ok=True, retry=2)],
+            ),
+        ),
         *_both_epochs("s4", (0, 0), T(tokens=400, saar_on=True)),
     ]
     logs.make_log(d, "aime24", False, off, epochs=2)
@@ -112,10 +131,14 @@ def test_report_tables_and_plots(log_dir: Path, tmp_path: Path):
     arms, _ = read_arms([log_dir])
     report = write_report(arms, tmp_path / "out", n_boot=2000)
     text = report.read_text()
-    assert ("| aime24 | off | replay/test.yaml | 4 x 2 | 0.375 ± 0.239 | 0.500 (k=2) | 10 | 0.600 | 6 | 0 | 0 | 0 | 0 "
-            "| 250.0 | 2.00 | 12.0 | success |") in text
-    assert ("| aime24 | on | replay/test.yaml | 4 x 2 | 0.625 ± 0.239 | 0.750 (k=2) | 14 | 0.429 | 0 | 4 | 2 | 4 | 0 "
-            "| 267.5 | 2.00 | 30.0 | success |") in text
+    assert (
+        "| aime24 | off | replay/test.yaml | 4 x 2 | 0.375 ± 0.239 | 0.500 (k=2) | 10 | 0.600 | 6 | 0 | 0 | 0 | 0 "
+        "| 250.0 | 2.00 | 12.0 | success |"
+    ) in text
+    assert (
+        "| aime24 | on | replay/test.yaml | 4 x 2 | 0.625 ± 0.239 | 0.750 (k=2) | 14 | 0.429 | 0 | 4 | 2 | 4 | 0 "
+        "| 267.5 | 2.00 | 30.0 | success |"
+    ) in text
     assert "| gpqa | 8 | 0.250 | 0.875 | +0.625 |" in text
     assert "McNemar exact (b=6, c=1) | 0.1250 |" in text
     assert "| aime24 | 4 | 0.375 | 0.625 | +0.250 | [+0.000, +0.500] | paired bootstrap |" in text
@@ -130,8 +153,12 @@ def test_report_tables_and_plots(log_dir: Path, tmp_path: Path):
         assert image.shape[0] > 100 and image.shape[1] > 100 and image.std() > 0  # decodes, and is not blank
         assert f"]({name})" in text
     summary = json.loads((report.parent / "summary.json").read_text())
-    assert {(a["task"], a["arm"]) for a in summary["arms"]} == {("aime24", "off"), ("aime24", "on"),
-                                                                 ("gpqa", "off"), ("gpqa", "on")}
+    assert {(a["task"], a["arm"]) for a in summary["arms"]} == {
+        ("aime24", "off"),
+        ("aime24", "on"),
+        ("gpqa", "off"),
+        ("gpqa", "on"),
+    }
 
 
 def test_unpaired_errored_and_failed_logs_are_noted(tmp_path: Path):
@@ -166,8 +193,9 @@ def test_bad_inputs_are_named(tmp_path: Path):
 
 
 def test_cli_compare_from_logs(log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]):
-    rc = main(["compare", "--from-logs", str(log_dir), "--run", "r1", "--out-dir", str(tmp_path / "ab"),
-               "--bootstrap", "500"])
+    rc = main(
+        ["compare", "--from-logs", str(log_dir), "--run", "r1", "--out-dir", str(tmp_path / "ab"), "--bootstrap", "500"]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert (tmp_path / "ab" / "r1" / "report.md").is_file()
@@ -177,14 +205,33 @@ def test_cli_compare_from_logs(log_dir: Path, tmp_path: Path, capsys: pytest.Cap
 
 def test_real_comparison_with_the_replay_model_resumes_without_rerunning(tmp_path: Path):
     """Both arms of aime25 through eval_set; the same command again finds them finished and only reports."""
-    argv = ["compare", "--tasks", "aime25", "--model", "replay/{task}.yaml", "--data", "fixture", "--sandbox", "local",
-            "--run", "r", "--runs-dir", str(tmp_path / "runs"), "--out-dir", str(tmp_path / "ab"), "--display", "none"]
+    argv = [
+        "compare",
+        "--tasks",
+        "aime25",
+        "--model",
+        "replay/{task}.yaml",
+        "--data",
+        "fixture",
+        "--sandbox",
+        "local",
+        "--run",
+        "r",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--out-dir",
+        str(tmp_path / "ab"),
+        "--display",
+        "none",
+    ]
     assert main(argv) == 0
     first = sorted(p.name for p in (tmp_path / "runs").rglob("*.eval"))
     assert len(first) == 2
     arms, _ = read_arms([tmp_path / "runs"])
-    assert {(a.task, a.arm, a.model) for a in arms} == {("aime25", "off", "replay/aime25.yaml"),
-                                                          ("aime25", "on", "replay/aime25.yaml")}
+    assert {(a.task, a.arm, a.model) for a in arms} == {
+        ("aime25", "off", "replay/aime25.yaml"),
+        ("aime25", "on", "replay/aime25.yaml"),
+    }
     on = next(a for a in arms if a.arm == "on")
     assert all(r.saar_on for r in on.samples) and not any(r.saar_on for a in arms if a.arm == "off" for r in a.samples)
     assert main(argv) == 0

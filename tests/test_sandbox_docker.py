@@ -116,7 +116,8 @@ async def test_output_cap_stops_a_flood(sandbox) -> None:
 async def test_stdin_and_files(sandbox) -> None:
     r = await sandbox.run_python(
         "import sys\nprint(sys.stdin.read().upper(), open('data/in.txt').read(), open('b.bin','rb').read())",
-        stdin="hello", files={"data/in.txt": "file text", "b.bin": b"\x00\x01"},
+        stdin="hello",
+        files={"data/in.txt": "file text", "b.bin": b"\x00\x01"},
     )
     assert r.ok and r.stdout == "HELLO file text b'\\x00\\x01'\n"
 

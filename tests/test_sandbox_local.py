@@ -60,8 +60,10 @@ async def test_ok_program(sb: LocalSandbox) -> None:
     assert result.extra["backend"] == "local"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("numpy") is None or importlib.util.find_spec("sympy") is None,
-                    reason="numpy/sympy not installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("numpy") is None or importlib.util.find_spec("sympy") is None,
+    reason="numpy/sympy not installed",
+)
 async def test_numpy_and_sympy_import(sb: LocalSandbox) -> None:
     result = await sb.run_python("import numpy, sympy\nprint(int(numpy.arange(5).sum()), sympy.factorint(12))")
     assert result.ok, result.stderr
@@ -296,7 +298,7 @@ def test_bwrap_presence_is_reported() -> None:
 def test_classify_sandbox_facts_come_first() -> None:
     assert classify(None, "", timed_out=True) == TIMEOUT
     assert classify(None, "", output_exceeded=True) == OUTPUT_LIMIT
-    assert classify(0, "Traceback (most recent call last):\n  File \"x\", line 1\nValueError") is None
+    assert classify(0, 'Traceback (most recent call last):\n  File "x", line 1\nValueError') is None
 
 
 def test_classify_signals() -> None:
@@ -315,7 +317,7 @@ def test_exception_name_takes_the_last_traceback() -> None:
     chained = (
         "Traceback (most recent call last):\n  File \"<string>\", line 2, in <module>\nKeyError: 'a'\n\n"
         "During handling of the above exception, another exception occurred:\n\n"
-        "Traceback (most recent call last):\n  File \"<string>\", line 4, in <module>\n"
+        'Traceback (most recent call last):\n  File "<string>", line 4, in <module>\n'
         "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 8.00 EiB\n"
     )
     assert exception_name(chained) == "_ArrayMemoryError"

@@ -147,7 +147,9 @@ def test_cli_runs_files_in_one_sandbox(tmp_path: Path) -> None:
     second.write_text("print(open('shared.txt').read())\n1 / 0\n")
     proc = subprocess.run(
         [sys.executable, "-m", "sandboxes", "run", "--backend", "local", "--timeout", "10", str(first), str(second)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -159,7 +161,9 @@ def test_cli_runs_files_in_one_sandbox(tmp_path: Path) -> None:
 def test_cli_missing_file_is_an_error(tmp_path: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "sandboxes", "run", "--backend", "local", str(tmp_path / "nope.py")],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     assert "no such file" in proc.stderr and "nope.py" in proc.stderr

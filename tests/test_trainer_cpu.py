@@ -45,7 +45,14 @@ def test_interrupted_run_resumes_from_checkpoint_step(tmp_path):
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]  # continued at step 2, not from 1
     for r in rows:
-        assert {"reward", "accuracy", "tool_failure_rate", "saar_shallow", "saar_deep", "tokens_generated",
-                "step_s"} <= set(r)
+        assert {
+            "reward",
+            "accuracy",
+            "tool_failure_rate",
+            "saar_shallow",
+            "saar_deep",
+            "tokens_generated",
+            "step_s",
+        } <= set(r)
     assert (run / "checkpoints" / "checkpoint-2").is_dir()
     assert (run / "metrics.png").stat().st_size > 0

@@ -56,8 +56,9 @@ class _SubprocessSandbox(Sandbox):
         if proc.returncode:
             last = (proc.stderr.strip().splitlines() or ["Error"])[-1]
             kind = last.split(":")[0].strip() or "NonZeroExit"
-        return ExecResult(proc.returncode == 0, proc.stdout, proc.stderr, proc.returncode, kind,
-                          time.monotonic() - start)
+        return ExecResult(
+            proc.returncode == 0, proc.stdout, proc.stderr, proc.returncode, kind, time.monotonic() - start
+        )
 
 
 class _Backend:
@@ -165,8 +166,10 @@ async def test_shallow_rewrite_keeps_reasoning_ids_and_splices_call(tokenizer):
     first = ids[ranges[0][0] : ranges[0][1]]
     # old reasoning ids (from the first sample) + the new call's ids (from the regeneration)
     assert first == enc("I will multiply with the tool.\n") + enc(serialize_call(FIXED)) + [tokenizer.eos_token_id]
-    assert first[: len(enc("I will multiply with the tool.\n"))] == engine.outputs[0][: len(first) - len(
-        enc(serialize_call(FIXED))) - 1]
+    assert (
+        first[: len(enc("I will multiply with the tool.\n"))]
+        == engine.outputs[0][: len(first) - len(enc(serialize_call(FIXED))) - 1]
+    )
     assert ids[ranges[1][0] : ranges[1][1]] == engine.outputs[2]  # the final answer, as sampled
     _check_ranges_cover_only_assistant(tokenizer, result, traj)
     text = _decode(tokenizer, ids)
@@ -233,8 +236,9 @@ async def test_inference_and_training_paths_give_the_same_purified_messages(toke
     infer_traj = await rollout(item.messages(), generate, _Backend().sandbox, cfg)
     assert infer_traj.messages == train_traj.messages
     render = _compat.get_render()
-    assert _decode(tokenizer, result["observation_tokens"]) == render(tokenizer, infer_traj.messages,
-                                                                      add_generation_prompt=False)
+    assert _decode(tokenizer, result["observation_tokens"]) == render(
+        tokenizer, infer_traj.messages, add_generation_prompt=False
+    )
 
 
 async def test_logprobs_requested_is_a_clear_error(tokenizer):

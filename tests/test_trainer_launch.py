@@ -94,12 +94,23 @@ def test_every_shipped_recipe_loads():
 
 
 def test_open_agentrl_rows_map_to_items(tmp_path):
-    math = {"data_source": "math_dapo", "prompt": [{"role": "user", "content": "What is 2+3?"}],
-            "ability": "MATH", "reward_model": {"ground_truth": "5", "style": "rule"}, "extra_info": {"index": 7}}
-    code = {"data_source": "skywork_code", "prompt": [{"role": "user", "content": "Echo a line."}],
-            "reward_model": {"ground_truth": json.dumps({"inputs": ["hi\n"], "outputs": ["hi\n"]})}}
-    choice = {"data_source": "mega-science", "prompt": [{"role": "user", "content": "Pick:\nA) x\nB) y\nC) z\nD) w"}],
-              "reward_model": {"ground_truth": "C"}}
+    math = {
+        "data_source": "math_dapo",
+        "prompt": [{"role": "user", "content": "What is 2+3?"}],
+        "ability": "MATH",
+        "reward_model": {"ground_truth": "5", "style": "rule"},
+        "extra_info": {"index": 7},
+    }
+    code = {
+        "data_source": "skywork_code",
+        "prompt": [{"role": "user", "content": "Echo a line."}],
+        "reward_model": {"ground_truth": json.dumps({"inputs": ["hi\n"], "outputs": ["hi\n"]})},
+    }
+    choice = {
+        "data_source": "mega-science",
+        "prompt": [{"role": "user", "content": "Pick:\nA) x\nB) y\nC) z\nD) w"}],
+        "reward_model": {"ground_truth": "C"},
+    }
     m, c, g = item_from_row(math, 0), item_from_row(code, 1), item_from_row(choice, 2)
     assert (m.id, m.kind, m.target) == ("math_dapo-7", "math", "5") and "\\boxed" in m.prompt
     assert c.kind == "code" and c.tests == [{"input": "hi\n", "output": "hi\n", "testtype": "stdin"}]

@@ -54,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "launch":
             recipe = load_recipe(args.recipe)
             if not recipe.openrlhf:
-                print(f"error: {recipe.path} has no 'openrlhf' section; run it with: python -m trainers "
-                      f"train-cleaner --recipe {args.recipe}", file=sys.stderr)
+                print(
+                    f"error: {recipe.path} has no 'openrlhf' section; run it with: python -m trainers "
+                    f"train-cleaner --recipe {args.recipe}",
+                    file=sys.stderr,
+                )
                 return 2
             if args.dry_run:
                 print(recipe.shell())

@@ -61,8 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_model_f32(recipe.model, load_model)
     model.eval()
     items = load_train_items(recipe)
-    base = RolloutConfig(max_turns=recipe.executor.max_turns, timeout=recipe.executor.timeout,
-                         output_chars=recipe.executor.output_chars, saar=recipe.executor.saar_config())
+    base = RolloutConfig(
+        max_turns=recipe.executor.max_turns,
+        timeout=recipe.executor.timeout,
+        output_chars=recipe.executor.output_chars,
+        saar=recipe.executor.saar_config(),
+    )
     sandbox = recipe.executor.sandbox or "local"
     results = {}
     for name, saar in (("off", replace(base.saar, enabled=False)), ("on", replace(base.saar, enabled=True, prob=1.0))):
@@ -71,14 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'saar':<5}{'step':>5}{'rollout_s':>11}{'tokens':>8}{'tool_fail':>10}{'events':>8}")
     for name, rows in results.items():
         for r in rows:
-            print(f"{name:<5}{r['step']:>5}{r['rollout_s']:>11.2f}{r['tokens']:>8}{r['tool_failures']:>10}"
-                  f"{r['saar_events']:>8}")
+            print(
+                f"{name:<5}{r['step']:>5}{r['rollout_s']:>11.2f}{r['tokens']:>8}{r['tool_failures']:>10}"
+                f"{r['saar_events']:>8}"
+            )
     t_off = sum(r["rollout_s"] for r in results["off"])
     t_on = sum(r["rollout_s"] for r in results["on"])
     tok_off = sum(r["tokens"] for r in results["off"])
     tok_on = sum(r["tokens"] for r in results["on"])
-    print(f"rollout time on/off: {t_on / t_off:.2f}x (target <= 1.30); generated tokens on/off: "
-          f"{tok_on / max(tok_off, 1):.2f}x")
+    print(
+        f"rollout time on/off: {t_on / t_off:.2f}x (target <= 1.30); generated tokens on/off: "
+        f"{tok_on / max(tok_off, 1):.2f}x"
+    )
     return 0
 
 

@@ -274,10 +274,12 @@ def train_cpu(
             with metrics_path.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
             if progress:
-                print(f"\rstep {state.global_step}/{state.max_steps}  reward {row.get('reward', 0):+.2f}  "
-                      f"acc {row.get('accuracy', 0):.2f}  tool-fail {row.get('tool_failure_rate', 0):.2f}  "
-                      f"saar s/d {row.get('saar_shallow', 0)}/{row.get('saar_deep', 0)}  {row['step_s']:.1f}s",
-                      flush=True)
+                print(
+                    f"\rstep {state.global_step}/{state.max_steps}  reward {row.get('reward', 0):+.2f}  "
+                    f"acc {row.get('accuracy', 0):.2f}  tool-fail {row.get('tool_failure_rate', 0):.2f}  "
+                    f"saar s/d {row.get('saar_shallow', 0)}/{row.get('saar_deep', 0)}  {row['step_s']:.1f}s",
+                    flush=True,
+                )
             self.done += 1
             if stop_after is not None and self.done >= stop_after:
                 control.should_save = True

@@ -121,8 +121,11 @@ def _tests_of(truth: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], 
     fn_name = truth.get("fn_name") or None
     testtype = "functional" if fn_name else "stdin"
     tests = [
-        {"input": i if isinstance(i, str) else json.dumps(i), "output": o if isinstance(o, str) else json.dumps(o),
-         "testtype": testtype}
+        {
+            "input": i if isinstance(i, str) else json.dumps(i),
+            "output": o if isinstance(o, str) else json.dumps(o),
+            "testtype": testtype,
+        }
         for i, o in zip(inputs, outputs, strict=True)
     ]
     return tests, fn_name

@@ -105,8 +105,10 @@ class AgentExecutor(AgentExecutorBase):
                 "context); run with --algo.advantage.is_correction_level off"
             )
         if not label:
-            raise ValueError("the CLEANER executor needs a label per prompt: pass --data.label_key label "
-                             "with data written by trainers.data.export_openrlhf")
+            raise ValueError(
+                "the CLEANER executor needs a label per prompt: pass --data.label_key label "
+                "with data written by trainers.data.export_openrlhf"
+            )
         item = TrainItem.from_label(label)
         render = self._get_render()
         messages = item.messages()

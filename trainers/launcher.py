@@ -149,8 +149,10 @@ class Recipe:
                 "rollout log-probs because SAAR replaces spans sampled under another context (see docs/training.md)"
             )
         if flags.get("data.apply_chat_template"):
-            raise RecipeError(f"{where}: openrlhf.data.apply_chat_template must be false: the executor renders the "
-                              "chat itself, with the same template rendering as evaluation")
+            raise RecipeError(
+                f"{where}: openrlhf.data.apply_chat_template must be false: the executor renders the "
+                "chat itself, with the same template rendering as evaluation"
+            )
         return ["-m", "openrlhf.cli.train_ppo_ray", *flag_args(flags, where)]
 
     def command(self) -> list[str]:
