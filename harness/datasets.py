@@ -245,24 +245,25 @@ def _aime_problem(prefix: str) -> Callable[[str, int, Row], Problem]:
     return make
 
 
-def load_aime24(path: str | os.PathLike[str] | None = None, limit: int | None = None) -> list[Problem]:
-    """AIME 2024 (30 problems; Maxwell-Jia/AIME_2024 schema: ID, Problem, Solution, Answer)."""
+def _load_aime(
+    name: str, repo: str, revision: str, split: str, path: str | os.PathLike[str] | None, limit: int | None
+) -> list[Problem]:
     _check_limit(limit)
     if path is None:
-        rows = _load_hub(AIME24_REPO, AIME24_REVISION, AIME24_SPLIT)
+        rows = _load_hub(repo, revision, split)
     else:
-        rows = _read_local(FIXTURES["aime24"] if str(path) == FIXTURE else path)
-    return _build(rows, _aime_problem("aime24"), limit)
+        rows = _read_local(FIXTURES[name] if str(path) == FIXTURE else path)
+    return _build(rows, _aime_problem(name), limit)
+
+
+def load_aime24(path: str | os.PathLike[str] | None = None, limit: int | None = None) -> list[Problem]:
+    """AIME 2024 (30 problems; Maxwell-Jia/AIME_2024 schema: ID, Problem, Solution, Answer)."""
+    return _load_aime("aime24", AIME24_REPO, AIME24_REVISION, AIME24_SPLIT, path, limit)
 
 
 def load_aime25(path: str | os.PathLike[str] | None = None, limit: int | None = None) -> list[Problem]:
     """AIME 2025 (30 problems; math-ai/aime25 schema: problem, answer, id)."""
-    _check_limit(limit)
-    if path is None:
-        rows = _load_hub(AIME25_REPO, AIME25_REVISION, AIME25_SPLIT)
-    else:
-        rows = _read_local(FIXTURES["aime25"] if str(path) == FIXTURE else path)
-    return _build(rows, _aime_problem("aime25"), limit)
+    return _load_aime("aime25", AIME25_REPO, AIME25_REVISION, AIME25_SPLIT, path, limit)
 
 
 # --------------------------------------------------------------------------- GPQA

@@ -116,6 +116,10 @@ class RolloutState:
             ok, call_id = False, None
         else:
             result: ExecResult = await self._sandbox.run_python(turn.call.code, timeout=self.config.timeout)
+            if result.sandbox_failed:  # never let a broken sandbox pass as the program's doing
+                raise SandboxFailure(
+                    f"sandbox failed while running a tool call: {result.stderr.strip() or result.error_kind}"
+                )
             ok, kind, call_id = result.ok, result.error_kind, turn.call.id
             content = protocol.format_result(
                 ok=result.ok,
@@ -124,10 +128,6 @@ class RolloutState:
                 error_kind=result.error_kind,
                 limit=self.config.output_chars,
             )
-            if result.sandbox_failed:  # never let a broken sandbox pass as the program's doing
-                raise SandboxFailure(
-                    f"sandbox failed while running a tool call: {result.stderr.strip() or result.error_kind}"
-                )
         if not ok:
             self.failures += 1
             self.error_kinds[kind or "Error"] += 1

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
+import ablation_logs as logs
 import pytest
 import yaml
 
 from harness.__main__ import main
 from harness.regression import BASELINES_DIR, BaselineError, load_baseline, regression
 
-
-def _load_helpers():
-    spec = importlib.util.spec_from_file_location("ablation_logs", Path(__file__).with_name("ablation_logs.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-logs = _load_helpers()
 T, E = logs.trajectory, logs.event
 MODEL = "replay/test.yaml"
 

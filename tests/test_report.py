@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
+import ablation_logs as logs
 import pytest
 
 from harness.__main__ import main
 from harness.compare import CompareError, read_arms, task_file, task_name
 from harness.report import PLOTS, mcnemar_exact, paired_test, pass_at_k, summarize, write_report
 
-
-def _load_helpers():
-    spec = importlib.util.spec_from_file_location("ablation_logs", Path(__file__).with_name("ablation_logs.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-logs = _load_helpers()
 T, E = logs.trajectory, logs.event
 
 

@@ -84,18 +84,14 @@ def code_scorer(problems: Sequence[Problem], timeout_per_test: float = 6.0) -> S
     by_id = {p.id: p.metadata for p in problems}
 
     async def score(state: TaskState, target: Target) -> Score:
-        code = scoring.extract_code(state.output.completion)
-        if code is None:
-            return _score(state, False, None, "no ```python block in the final answer")
-        meta = by_id[str(state.sample_id)]
-        grade = await lcb.grade(
+        completion = state.output.completion
+        grade = await lcb.grade_completion(
             current_sandbox(),
-            code,
-            lcb.problem_tests(meta, where=f"sample {state.sample_id}"),
-            fn_name=lcb.fn_name_of(meta),
+            completion,
+            by_id[str(state.sample_id)],
             timeout_per_test=timeout_per_test,
             all_tests=False,
         )
-        return _score(state, grade.all_passed, code, grade.describe())
+        return _score(state, grade.all_passed, scoring.extract_code(completion), grade.describe())
 
     return score
