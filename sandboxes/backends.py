@@ -8,7 +8,9 @@ themselves:
 - ``"local"``: :class:`LocalBackend`, child processes on this machine (:mod:`sandboxes.local`);
 - ``"docker"``: ``DockerBackend`` of :mod:`sandboxes.docker_backend`, one container per rollout;
 - ``"auto"`` or ``None``: docker when a daemon answers and the sandbox image is
-  present, else local, with one warning line saying how to get docker.
+  present, else local. The choice is logged once, when the backend is made (the
+  Inspect provider makes one per eval), and :meth:`Backend.describe` returns it
+  (backend, isolation) for logs and reports.
 
 The docker module is imported lazily, so that the local backend works on a machine
 without the ``docker`` SDK or daemon.
@@ -26,8 +28,6 @@ from sandboxes.base import Sandbox
 logger = logging.getLogger(__name__)
 
 BACKEND_NAMES = ("auto", "local", "docker")
-
-_auto_warned = False
 
 
 class Backend(abc.ABC):
@@ -51,6 +51,10 @@ class Backend(abc.ABC):
     async def prewarm(self, n: int | None = None) -> None:  # noqa: B027 - optional hook, default nothing
         """Make sandboxes ahead of the first :meth:`acquire` (default: nothing)."""
 
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Where programs run: at least ``backend`` and ``isolation`` (for logs, eval metadata, reports)."""
+
     async def __aenter__(self) -> Backend:
         return self
 
@@ -64,14 +68,20 @@ class LocalBackend(Backend):
     A released sandbox is reset (leftover processes killed, work dir emptied) and
     kept for the next :meth:`acquire`, up to ``max_idle`` of them; beyond that it is
     closed. Options are those of :class:`~sandboxes.local.LocalConfig`.
+
+    Raises:
+        IsolationUnavailable: programs could not be isolated here (decided now, not at the first acquire).
     """
 
     name = "local"
 
     def __init__(self, *, max_idle: int = 8, **options: Any) -> None:
-        from sandboxes.local import LocalConfig
+        from sandboxes.local import LocalConfig, choose_isolation
 
+        if max_idle < 0:
+            raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
         self.config = LocalConfig(**options)  # validates the options now, not at the first acquire
+        self.choice = choose_isolation(self.config)
         self.max_idle = max_idle
         self._idle: list[Sandbox] = []
         self._all: set[Sandbox] = set()
@@ -120,6 +130,9 @@ class LocalBackend(Backend):
         for sandbox in sandboxes:
             await sandbox.close()
 
+    def describe(self) -> dict[str, Any]:
+        return {"backend": "local", **self.choice.to_dict()}
+
 
 def _docker_module() -> Any | None:
     """The docker backend module, or None when it (or the docker SDK) cannot be imported."""
@@ -144,32 +157,16 @@ def docker_ready() -> bool:
 
 
 def resolve_backend_name(name: str | None) -> str:
-    """``"local"`` or ``"docker"`` for a requested name (``None``/``"auto"`` decided here)."""
-    global _auto_warned
+    """``"local"`` or ``"docker"`` for a requested name (``None``/``"auto"`` decided here, quietly)."""
     if name is not None and name not in BACKEND_NAMES:
         raise ValueError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
     if name in ("local", "docker"):
         return name
-    if docker_ready():
-        return "docker"
-    if not _auto_warned:
-        _auto_warned = True
-        logger.warning(
-            "sandbox backend 'auto': no Docker engine with the sandbox image here, using the weaker local "
-            "backend. For docker: start an engine and build the image (see docs/docker.md), "
-            "or pass --backend local to silence this."
-        )
-    return "local"
+    return "docker" if docker_ready() else "local"
 
 
-def get_backend(name: str | None = None, **options: Any) -> Backend:
-    """A backend by name: ``"local"``, ``"docker"``, or ``"auto"``/``None`` (docker when ready, else local).
-
-    ``options`` go to the backend's constructor (for local: ``max_idle`` and the
-    fields of :class:`~sandboxes.local.LocalConfig`; for docker: those of
-    ``DockerBackend``). An option the backend does not know is an error.
-    """
-    chosen = resolve_backend_name(name)
+def _make(chosen: str, options: dict[str, Any]) -> Backend:
+    """A backend by resolved name; makes no sandbox yet (both backends start lazily)."""
     if chosen == "local":
         try:
             return LocalBackend(**options)
@@ -182,6 +179,45 @@ def get_backend(name: str | None = None, **options: Any) -> Backend:
             "use --backend local"
         )
     try:
-        return module.DockerBackend(**options)
+        backend: Backend = module.DockerBackend(**options)
     except TypeError as exc:
         raise ValueError(f"bad option for the docker sandbox backend: {exc}") from None
+    return backend
+
+
+def get_backend(name: str | None = None, **options: Any) -> Backend:
+    """A backend by name: ``"local"``, ``"docker"``, or ``"auto"``/``None`` (docker when ready, else local).
+
+    ``options`` go to the backend's constructor (for local: ``max_idle`` and the
+    fields of :class:`~sandboxes.local.LocalConfig`; for docker: those of
+    ``DockerBackend``). An option the backend does not know is an error. For
+    ``auto`` the choice is logged here, once per backend made.
+
+    Raises:
+        IsolationUnavailable: the local backend was chosen and cannot isolate programs here.
+    """
+    chosen = resolve_backend_name(name)
+    backend = _make(chosen, options)
+    if name in (None, "auto"):
+        if chosen == "local":
+            logger.warning(
+                "sandbox 'auto': no Docker engine with the sandbox image here, so the local backend runs the "
+                "programs (%s). For docker: start an engine and build the image (docs/docker.md).",
+                _isolation_text(backend.describe()),
+            )
+        else:
+            logger.info(
+                "sandbox 'auto': the docker backend runs the programs (%s)", _isolation_text(backend.describe())
+            )
+    return backend
+
+
+def describe_choice(name: str | None = None, **options: Any) -> dict[str, Any]:
+    """What :func:`get_backend` would choose, without a log line: ``requested``, ``backend``, ``isolation``, ..."""
+    return {"requested": name or "auto", **_make(resolve_backend_name(name), options).describe()}
+
+
+def _isolation_text(described: dict[str, Any]) -> str:
+    """One phrase for a log line: ``isolation bwrap, /path/to/bwrap``."""
+    where = described.get("bwrap") or described.get("image")
+    return f"isolation {described['isolation']}" + (f", {where}" if where else "")

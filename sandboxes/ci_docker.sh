@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CI setup of the sandboxes: install an engine, what the offline image build needs and bubblewrap,
+# CI setup of the Docker sandbox: install an engine and what the offline image build needs (nothing else:
+# the local backend's bwrap comes from pip, and CI must not install what a newcomer would not have),
 # start the daemon without any network of its own, and build (or reuse) the sandbox image.
 #
 #   sandboxes/ci_docker.sh          # install (if needed), start dockerd (if none answers), build the image
@@ -46,7 +47,6 @@ install() {
   local need=()
   command -v dockerd >/dev/null 2>&1 || need+=(docker.io)
   command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
-  command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)  # the local backend's isolation
   if [ "${#need[@]}" -gt 0 ]; then
     log "installing ${need[*]}"
     $SUDO apt-get update -qq

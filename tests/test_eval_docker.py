@@ -44,7 +44,12 @@ def kill_containers_once_busy(stop: threading.Event, killed: list[str]) -> None:
 
 
 def _sleeping(container) -> bool:
-    top = container.top(ps_args="-eo pid,args")
+    import docker
+
+    try:
+        top = container.top(ps_args="-eo pid,args")
+    except docker.errors.APIError:  # removed or stopped between the listing and now (a pool trims, a test ends)
+        return False
     return any(p[-1] == "sleep 4" for p in top.get("Processes") or [])
 
 

@@ -1,10 +1,13 @@
 """Hostile programs against the Docker backend and, where meaningful, the local one.
 
 For every program: a structured result within its timeout + 1 s, the next call in
-the same sandbox succeeds, and the host is unaffected (no process of the program
-survives anywhere on the host, no file appears outside the sandbox). Then a
-container killed from outside in the middle of a call: ``sandbox_failed=True``, and
-the sandbox replaces its container.
+the same sandbox succeeds, and the host is unaffected, asserted after every program
+for both backends: no process of the program survives anywhere on the host, no file
+appears in the host's ``/``, and a loopback listener the test opened on the host saw
+no connection. Then a container killed from outside in the middle of a call:
+``sandbox_failed=True``, and the sandbox replaces its container. Last, an Inspect
+eval with ``sandbox=auto`` on a machine without a Docker engine, whose log must say
+that the programs ran isolated (bwrap).
 
 Network tests that aim outside use a TEST-NET address (192.0.2.1) and run only in
 the container, which has no network: nothing can leave the machine.
@@ -13,9 +16,12 @@ the container, which has no network: nothing can leave the machine.
 from __future__ import annotations
 
 import asyncio
+import glob
+import logging
 import os
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -43,7 +49,7 @@ class Hostile:
     check: Callable[[ExecResult], object]  #: asserts what the result must say
     backends: tuple[str, ...] = ("docker", "local")
     timeout: float = 1.5
-    local_needs_uid: bool = False  #: dangerous for a local sandbox that runs as root (no process limit)
+    local_needs_uid: bool = False  #: needs containment (bwrap or a sandbox uid) on the local backend
     local_check: Callable[[ExecResult], object] | None = None  #: where the weaker local backend differs
 
 
@@ -129,6 +135,11 @@ CASES = [
     Hostile(
         "connect_loopback",
         "import socket\nsocket.create_connection(('127.0.0.1', 1), timeout=1)",
+        kind("ConnectionRefusedError", "OSError", "TimeoutError"),
+    ),
+    Hostile(
+        "connect_to_a_host_listener",
+        "import socket\nsocket.create_connection(('127.0.0.1', LISTENER_PORT), timeout=1)\nprint('connected')",
         kind("ConnectionRefusedError", "OSError", "TimeoutError"),
     ),
     Hostile(
@@ -221,6 +232,28 @@ def _host_processes_with_marker() -> list[int]:
     return found
 
 
+def _root_entries() -> set[str]:
+    return set(glob.glob("/cleaner-*"))
+
+
+@pytest.fixture(scope="module")
+def listener() -> Iterator[socket.socket]:
+    """A TCP listener on the host's loopback: no sandboxed program may reach it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def _assert_no_connection(server: socket.socket) -> None:
+    try:
+        conn, peer = server.accept()
+    except BlockingIOError:
+        return
+    conn.close()
+    raise AssertionError(f"a sandboxed program connected to the host's loopback listener from {peer}")
+
+
 async def _assert_no_leftovers() -> None:
     """No process the program started survives on the host (allowing the kill a moment to land)."""
     for _ in range(40):
@@ -271,13 +304,15 @@ PARAMS = [
 
 
 @pytest.mark.parametrize(("case", "backend"), PARAMS)
-async def test_hostile_program(case: Hostile, backend: str, backends, sandboxes) -> None:
+async def test_hostile_program(case: Hostile, backend: str, backends, sandboxes, listener) -> None:
     sandbox = await _sandbox(backend, backends, sandboxes)
-    if backend == "local" and case.local_needs_uid and getattr(sandbox, "uid", None) is None:
-        pytest.skip("the local sandbox runs as root here (no uid of its own): no process limit to stop this")
+    if backend == "local" and case.local_needs_uid and sandbox.uid is None and sandbox.isolation != "bwrap":
+        pytest.skip("the local sandbox has neither bwrap nor a uid of its own here: nothing contains this")
     replacements = getattr(sandbox, "replacements", 0)
+    in_root = _root_entries()
+    code = case.code.replace("LISTENER_PORT", str(listener.getsockname()[1]))
     start = time.monotonic()
-    result = await sandbox.run_python(case.code, timeout=case.timeout)
+    result = await sandbox.run_python(code, timeout=case.timeout)
     elapsed = time.monotonic() - start
     assert isinstance(result, ExecResult)
     assert not result.sandbox_failed, result.stderr[-500:]
@@ -285,8 +320,15 @@ async def test_hostile_program(case: Hostile, backend: str, backends, sandboxes)
     assert elapsed <= case.timeout + 1.0, f"{case.name} took {elapsed:.2f} s with a {case.timeout} s timeout"
     after = await sandbox.run_python("import os\nprint('alive', len(os.listdir('.')))", timeout=5)
     assert after.ok and after.stdout.startswith("alive"), (after.error_kind, after.stderr[-500:])
+    # the host is untouched: no process left, no file in /, no connection to its loopback
     await _assert_no_leftovers()
+    if backend == "local" and sandbox.uid is not None:
+        from sandboxes.local import _pids_of_uid
+
+        assert _pids_of_uid(sandbox.uid) == []
     assert not os.path.exists(ROOT_FILE)
+    assert _root_entries() == in_root
+    _assert_no_connection(listener)
     if backend == "docker":
         assert sandbox.replacements == replacements  # the program did not break the container
 
@@ -333,3 +375,65 @@ def host_files():
     yield
     os.environ.pop("CLEANER_HOSTILE_SECRET", None)
     os.unlink(HOST_FILE)
+
+
+# ------------------------------------------------------------------ an eval on a machine without Docker
+
+
+async def test_auto_eval_without_docker_runs_isolated(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path, listener
+) -> None:
+    from inspect_ai import Task, eval_async
+    from inspect_ai.dataset import Sample
+    from inspect_ai.solver import Generate, TaskState, solver
+    from inspect_ai.util import sandbox
+
+    from sandboxes.inspect_provider import STORE_KEY, CleanerSandboxConfig, sandbox_metadata, structured
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # no engine answers
+    monkeypatch.setenv("INSPECT_DISPLAY", "none")
+    monkeypatch.chdir(tmp_path)
+    port = listener.getsockname()[1]
+    programs = {
+        "whoami": "import os\nprint(os.getuid())",
+        "write_to_root": f"open('{ROOT_FILE}', 'w').write('pwned')",
+        "connect": f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1)",
+    }
+
+    @solver
+    def run_programs():
+        async def solve(state: TaskState, generate: Generate) -> TaskState:
+            runs = {}
+            for name, code in programs.items():
+                r = await structured(sandbox()).run_python(code, timeout=10)
+                runs[name] = {"ok": r.ok, "stdout": r.stdout, "extra": r.extra}
+            state.metadata["runs"] = runs
+            return state
+
+        return solve
+
+    config = CleanerSandboxConfig(backend="auto")
+    task = Task(
+        dataset=[Sample(input=f"sample {i}", target="x") for i in range(3)],
+        solver=run_programs(),
+        sandbox=("cleaner", config),
+        metadata={"sandbox": sandbox_metadata(config)},
+    )
+    in_root = _root_entries()
+    with caplog.at_level(logging.INFO, logger="sandboxes"):
+        [log] = await eval_async(task, model="mockllm/model", log_dir=str(tmp_path), max_samples=3)
+    assert log.status == "success", log.error
+    header = log.eval.metadata["sandbox"]
+    assert header["requested"] == "auto" and header["backend"] == "local" and header["isolation"] == "bwrap"
+    assert log.samples is not None and len(log.samples) == 3
+    for sample in log.samples:
+        assert sample.store[STORE_KEY] == header
+        runs = sample.metadata["runs"]
+        assert all(run["extra"]["isolation"] == "bwrap" and run["extra"]["backend"] == "local" for run in runs.values())
+        assert runs["whoami"]["ok"] and (os.geteuid() != 0 or int(runs["whoami"]["stdout"]) != 0)
+        assert not runs["write_to_root"]["ok"] and not runs["connect"]["ok"]
+    assert _root_entries() == in_root
+    _assert_no_connection(listener)
+    choices = [r for r in caplog.records if "sandbox 'auto'" in r.getMessage()]
+    assert len(choices) == 1, "the choice is logged once per eval, not per sample"
+    assert "local backend" in choices[0].getMessage() and "bwrap" in choices[0].getMessage()

@@ -70,7 +70,7 @@ async def test_inside_view(sandbox) -> None:
 async def test_trivial_numpy_and_sympy(sandbox) -> None:
     r = await sandbox.run_python("import numpy as np, sympy as sp\nprint(np.arange(4).sum(), sp.factorint(360))")
     assert r.ok and r.stdout == "6 {2: 3, 3: 2, 5: 1}\n" and r.exit_code == 0 and r.error_kind is None
-    assert not r.sandbox_failed and r.extra["backend"] == "docker"
+    assert not r.sandbox_failed and r.extra["backend"] == "docker" and r.extra["isolation"] == "container"
 
 
 @pytest.mark.parametrize(
@@ -253,6 +253,38 @@ async def test_pool_gives_distinct_containers_and_bounds_them() -> None:
     for cid in ids:
         with pytest.raises(docker.errors.NotFound):
             client.containers.get(cid)
+
+
+async def test_idle_containers_are_trimmed() -> None:
+    import docker
+
+    from sandboxes.docker_backend import LABEL, DockerBackend
+
+    client = docker.from_env()
+
+    def alive(ids: list[str]) -> list[str]:
+        running = {c.id for c in client.containers.list(all=True, filters={"label": LABEL})}
+        return [i for i in ids if i in running]
+
+    b = DockerBackend(max_containers=3, max_idle=1, idle_ttl=600)
+    try:
+        held = [await b.acquire() for _ in range(3)]
+        ids = [sb.container_id for sb in held]
+        assert len(set(ids)) == 3 and b.containers == 3
+        for sb in held:
+            await b.release(sb)
+        assert b.stats()["idle"] == 1 and b.containers == 1, "idle containers beyond max_idle are removed"
+        assert alive(ids) == [ids[-1]], "the most recently released container is the one kept"
+        b.idle_ttl = 0.2
+        await asyncio.sleep(0.5)
+        assert await b.trim() == 1 and b.containers == 0, "a container idle past idle_ttl is removed"
+        assert alive(ids) == []
+        again = await b.acquire()  # the pool still works after trimming: a fresh container
+        assert (await again.run_python("print('fresh')")).stdout == "fresh\n"
+        await b.release(again)
+    finally:
+        await b.shutdown()
+        client.close()
 
 
 async def test_get_backend_builds_the_docker_backend() -> None:

