@@ -6,12 +6,13 @@ import json
 import shlex
 
 import pytest
+from needs import import_or_skip
 
 from trainers.__main__ import main
 from trainers.data import DataError, TrainItem, bignum_items, export_openrlhf, item_from_row, load_items
 from trainers.launcher import RECIPES, RecipeError, load_recipe
 
-pytest.importorskip("openrlhf")
+import_or_skip("openrlhf")
 
 
 def _flags(cmd: str) -> dict[str, list[str]]:
@@ -128,3 +129,56 @@ def test_bignum_set_is_shipped_and_exact():
     mul = next(i for i in items if " * " in i.prompt and "digits" not in i.prompt)
     a, b = mul.prompt.rsplit("What is ", 1)[1].rstrip("?").split(" * ")
     assert int(mul.target) == int(a) * int(b)
+
+
+def _runtime(cmd: str) -> dict:
+    argv = shlex.split(cmd)
+    return json.loads(argv[argv.index("--runtime-env-json") + 1])
+
+
+@pytest.mark.parametrize("name", ["qwen3-4b-cleaner", "qwen2.5-7b-cleaner"])
+def test_gpu_recipes_set_the_reference_lengths_and_install_the_project(name):
+    from trainers.launcher import project_requirements
+
+    cmd = load_recipe(name).shell()
+    f = _flags(cmd)
+    assert f["rollout.max_new_tokens"] == ["20480"] and f["data.max_len"] == ["23040"]  # 2560 prompt tokens
+    assert "reward.overlong_buffer_len" not in f  # OpenRLHF 0.11.2 would count tool output (its #1243)
+    runtime = _runtime(cmd)
+    agent = json.loads(runtime["env_vars"]["CLEANER_AGENT_CONFIG"])
+    assert agent["max_new_tokens"] == 20480 and agent["overlong_buffer_len"] == 4096
+    assert agent["sandbox_pool"] >= 1 and agent["sandbox"] == "docker"
+    assert runtime["working_dir"] == "."
+    assert {".git", ".tox", "ckpt"} <= set(runtime["excludes"])
+    packages = runtime["pip"]["packages"]
+    assert packages == project_requirements() and any(p.startswith("inspect-ai") for p in packages)
+
+
+def test_openrlhf_overlong_penalty_is_refused_with_the_reason(tmp_path):
+    body = "openrlhf: {reward.overlong_buffer_len: 4096, rollout.max_new_tokens: 8192}"
+    with pytest.raises(RecipeError, match="executor.overlong_buffer_len"):
+        load_recipe(_write(tmp_path, BASE + body))
+
+
+def test_executor_budget_comes_from_rollout_max_new_tokens(tmp_path):
+    ok = BASE + "openrlhf: {rollout.max_new_tokens: 8192}\nexecutor: {overlong_buffer_len: 1024}"
+    assert load_recipe(_write(tmp_path, ok)).executor.max_new_tokens == 8192
+    clash = BASE + "openrlhf: {rollout.max_new_tokens: 8192}\nexecutor: {max_new_tokens: 4096}"
+    with pytest.raises(RecipeError, match="differs from openrlhf.rollout.max_new_tokens"):
+        load_recipe(_write(tmp_path, clash))
+    with pytest.raises(RecipeError, match="needs max_new_tokens"):
+        load_recipe(_write(tmp_path, BASE + "executor: {overlong_buffer_len: 1024}"))
+
+
+def test_ray_env_vars_reach_the_workers(tmp_path):
+    body = "openrlhf: {train.num_episodes: 1}\nray: {env_vars: {DOCKER_HOST: 'tcp://10.0.0.5:2375'}}"
+    runtime = load_recipe(_write(tmp_path, BASE + body)).runtime_env()
+    assert runtime["env_vars"]["DOCKER_HOST"] == "tcp://10.0.0.5:2375" and "CLEANER_AGENT_CONFIG" in runtime["env_vars"]
+    with pytest.raises(RecipeError, match="ray.pip must be a list"):
+        load_recipe(_write(tmp_path, BASE + "ray: {pip: numpy}"))
+
+
+def test_settings_openrlhf_refuses_after_parsing_fail_at_load(tmp_path):
+    body = "openrlhf: {algo.advantage.estimator: group_norm, rollout.n_samples_per_prompt: 1}"
+    with pytest.raises(RecipeError, match="OpenRLHF refuses the settings: group_norm requires n_samples_per_prompt"):
+        load_recipe(_write(tmp_path, BASE + body))

@@ -7,8 +7,16 @@ A recipe has these top-level keys (all but ``name`` optional)::
     data:    {source: Gen-Verse/Open-AgentRL-30K, prepared: data/open_agentrl.jsonl, limit: null}
     executor: {saar: {enabled: true, prob: 1.0, gamma: 0.5, max_retries: 3}, max_turns: 16, ...}
     openrlhf: {algo.advantage.estimator: group_norm, actor.adam.lr: 2.0e-6, ...}   # dotted flags
-    ray:     {address: http://127.0.0.1:8265, working_dir: .}
+    ray:     {address: http://127.0.0.1:8265, working_dir: ., env_vars: {DOCKER_HOST: ...}}
     cpu:     {steps: 4, ...}            # the CPU embedded trainer (trainers.cpu_trainer)
+
+A Ray job's runtime environment installs the project on every worker: the working
+directory (the code, without environments, runs and checkpoints: :data:`EXCLUDES`) and
+``pip`` with the project's own dependencies from ``pyproject.toml`` (Ray installs them
+into a virtualenv on top of each node's Python, which already has OpenRLHF, vLLM and
+torch). ``rollout.max_new_tokens`` is copied into the executor's configuration, whose
+overlong penalty counts generated tokens only; OpenRLHF's own
+``reward.overlong_buffer_len`` is refused (it counts tool output, its issue #1243).
 
 Every ``openrlhf`` key is checked against OpenRLHF's real argument parser, built from
 ``openrlhf/cli/train_ppo_ray.py`` of the installed package (its source is read, not
@@ -20,9 +28,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import importlib.metadata
 import importlib.util
+import io
 import json
 import shlex
+import tomllib
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
@@ -37,16 +49,28 @@ RECIPES = Path(__file__).parent / "recipes"
 EXECUTOR_PATH = Path(__file__).parent / "executor.py"
 TOP_KEYS = {"name", "description", "model", "data", "executor", "openrlhf", "ray", "cpu"}
 DATA_KEYS = {"source", "prepared", "limit"}
-RAY_KEYS = {"address", "working_dir", "submit"}
+RAY_KEYS = {"address", "working_dir", "submit", "pip", "excludes", "env_vars"}
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+#: never uploaded with the working directory (Ray refuses large uploads; none of these is needed on a worker)
+EXCLUDES = [".git", ".tox", ".venv", "venv", "results", "logs", "ckpt", "**/__pycache__", "*.egg-info"]
 
 
 class RecipeError(ValueError):
     """A recipe is invalid; the message names the file and the key."""
 
 
+def project_requirements() -> list[str]:
+    """The project's runtime dependencies (no extras): ``pyproject.toml`` in a checkout, else the package metadata."""
+    pyproject = PROJECT_ROOT / "pyproject.toml"
+    if pyproject.is_file():
+        return list(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"])
+    requires = importlib.metadata.requires("cleaner-harness") or []
+    return [r for r in requires if "extra ==" not in r]
+
+
 @lru_cache(maxsize=1)
-def openrlhf_parser() -> argparse.ArgumentParser:
-    """OpenRLHF's own ``train_ppo_ray`` parser, rebuilt from the installed source."""
+def _openrlhf_main() -> tuple[Path, list[ast.stmt], int]:
+    """The ``__main__`` block of the installed ``openrlhf/cli/train_ppo_ray.py`` and where it parses its args."""
     spec = importlib.util.find_spec("openrlhf")
     if spec is None or not spec.submodule_search_locations:
         raise RecipeError("openrlhf is not installed: pip install --no-deps openrlhf==0.11.2")
@@ -58,18 +82,45 @@ def openrlhf_parser() -> argparse.ArgumentParser:
     )
     if main is None:
         raise RecipeError(f"{src_path}: no __main__ block to read the argument parser from")
-    body = []
-    for stmt in main.body:
-        if "parse_args" in ast.unparse(stmt):
-            break
-        body.append(stmt)
+    parse_at = next((i for i, stmt in enumerate(main.body) if "parse_args" in ast.unparse(stmt)), None)
+    if parse_at is None:
+        raise RecipeError(f"{src_path}: the __main__ block never parses its arguments")
+    return src_path, main.body, parse_at
+
+
+@lru_cache(maxsize=1)
+def openrlhf_parser() -> argparse.ArgumentParser:
+    """OpenRLHF's own ``train_ppo_ray`` parser, rebuilt from the installed source."""
+    src_path, body, parse_at = _openrlhf_main()
     namespace: dict[str, Any] = {"argparse": argparse, "datetime": datetime}
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(src_path), "exec"), namespace)  # noqa: S102
+    exec(compile(ast.Module(body=body[:parse_at], type_ignores=[]), str(src_path), "exec"), namespace)  # noqa: S102
     parser = namespace.get("parser")
     if not isinstance(parser, argparse.ArgumentParser):
         raise RecipeError(f"{src_path}: could not rebuild the argument parser")
     parser.exit_on_error = False
     return parser
+
+
+def openrlhf_checks(argv: list[str], where: str) -> list[str]:
+    """Run OpenRLHF's own checks of a parsed command line, everything its ``__main__`` does but ``train(args)``.
+
+    Those checks (``n_samples_per_prompt > 1`` for group estimators, enough samples per actor
+    process, packing needs vLLM, ...) otherwise fail only on the cluster. Importing OpenRLHF's
+    config helper needs torch, not a GPU. Returns the warnings it printed.
+
+    Raises:
+        RecipeError: OpenRLHF refuses the settings (its assertion message is kept).
+    """
+    src_path, body, parse_at = _openrlhf_main()
+    checks = [s for s in body[parse_at + 1 :] if not ("train(args)" in ast.unparse(s) and isinstance(s, ast.Expr))]
+    namespace: dict[str, Any] = {"args": openrlhf_parser().parse_args(argv)}
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(compile(ast.Module(body=checks, type_ignores=[]), str(src_path), "exec"), namespace)  # noqa: S102
+    except AssertionError as exc:
+        raise RecipeError(f"{where}: OpenRLHF refuses the settings: {exc}") from exc
+    return [line for line in out.getvalue().splitlines() if line.strip()]
 
 
 def _actions() -> dict[str, argparse.Action]:
@@ -142,6 +193,11 @@ class Recipe:
         for required in ("actor.model_name_or_path", "data.prompt_dataset"):
             if not flags.get(required):
                 raise RecipeError(f"{where}: no {required} (set 'model' / data.prepared or openrlhf.{required})")
+        if flags.get("reward.overlong_buffer_len") is not None:
+            raise RecipeError(
+                f"{where}: openrlhf.reward.overlong_buffer_len counts tool output as response length in OpenRLHF "
+                "0.11.2 (its issue #1243); set executor.overlong_buffer_len instead, which counts generated tokens"
+            )
         level = flags.get("algo.advantage.is_correction_level", "off")
         if level != "off":
             raise RecipeError(
@@ -161,13 +217,23 @@ class Recipe:
         env = {CONFIG_ENV: self.executor.to_json()}
         if not self.ray.get("submit", True):
             return ["env", f"{CONFIG_ENV}={env[CONFIG_ENV]}", *train]
-        runtime = {"working_dir": str(self.ray.get("working_dir", ".")), "env_vars": env}
         return [
             "ray", "job", "submit",
             "--address", str(self.ray.get("address", "http://127.0.0.1:8265")),
-            "--runtime-env-json", json.dumps(runtime, sort_keys=True),
+            "--runtime-env-json", json.dumps(self.runtime_env(), sort_keys=True),
             "--", *train,
         ]  # fmt: skip
+
+    def runtime_env(self) -> dict[str, Any]:
+        """The Ray job's runtime environment: the project's code and dependencies, and the executor's settings."""
+        env_vars = {str(k): str(v) for k, v in (self.ray.get("env_vars") or {}).items()}
+        env_vars[CONFIG_ENV] = self.executor.to_json()
+        return {
+            "working_dir": str(self.ray.get("working_dir", ".")),
+            "excludes": list(self.ray.get("excludes", EXCLUDES)),
+            "pip": {"packages": list(self.ray.get("pip", project_requirements())), "pip_check": False},
+            "env_vars": env_vars,
+        }
 
     def shell(self) -> str:
         return shlex.join(self.command())
@@ -205,7 +271,14 @@ def load_recipe(path: str | Path, *, check_files: bool = True) -> Recipe:
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         raise RecipeError(f"{where}: 'model' must be a string (hub id or path)")
-    executor_data = _section(data, "executor", where)
+    executor_data = dict(_section(data, "executor", where))
+    budget = _section(data, "openrlhf", where).get("rollout.max_new_tokens")
+    if budget is not None:  # the executor's overlong penalty is relative to OpenRLHF's generation budget
+        if executor_data.setdefault("max_new_tokens", budget) != budget:
+            raise RecipeError(
+                f"{where}: executor.max_new_tokens ({executor_data['max_new_tokens']}) differs from "
+                f"openrlhf.rollout.max_new_tokens ({budget}); give it once, under openrlhf"
+            )
     try:
         executor = ExecutorConfig.from_json(json.dumps(executor_data), where=f"{where}: executor")
     except (TypeError, ValueError) as exc:
@@ -220,6 +293,9 @@ def load_recipe(path: str | Path, *, check_files: bool = True) -> Recipe:
         ray=_section(data, "ray", where, RAY_KEYS),
         cpu=_section(data, "cpu", where),
     )
+    for key, kind in (("pip", list), ("excludes", list), ("env_vars", dict)):
+        if key in recipe.ray and not isinstance(recipe.ray[key], kind):
+            raise RecipeError(f"{where}: ray.{key} must be a {kind.__name__}")
     if check_files:
         for key in ("train.agent_func_path",):
             if key in recipe.openrlhf and not Path(recipe.openrlhf[key]).is_file():
@@ -227,6 +303,6 @@ def load_recipe(path: str | Path, *, check_files: bool = True) -> Recipe:
         model_path = recipe.model or ""
         if model_path.startswith((".", "/")) and not Path(model_path).exists():
             raise RecipeError(f"{where}: model {model_path} does not exist")
-    if recipe.openrlhf:
-        recipe.train_args()  # validate the flags now
+    if recipe.openrlhf:  # validate the flags now, with OpenRLHF's parser and its post-parse checks
+        openrlhf_checks(recipe.train_args()[2:], where)
     return recipe

@@ -11,14 +11,19 @@ that sequence, segment by segment, so that every boundary is exact:
   split after its end-of-turn marker: the turn body and marker are the *action*, the
   rest (a newline, say) is observation, like every tool result and generation prompt.
 
-Token-in, token-out: where the engine's sampled ids decode to exactly the action
-text, those ids are used (``"sampled"``). A SAAR *shallow* replacement keeps the
-installed turn's reasoning ids and splices in the ids of the regenerated call
-(``"spliced"``); a *deep* replacement is the regenerated turn's own ids. When ids
-cannot be matched exactly (the template re-serializes a call differently from how
-the model wrote it, say) the action text is tokenized instead (``"retokenized"``).
-The engine's context for each generation is built by the same function, so what the
-model saw when it sampled a turn is a prefix of the sequence trained on.
+Token-in, token-out: a turn the engine sampled keeps the sampled ids, verbatim
+(``"sampled"``). A SAAR *shallow* replacement keeps the installed turn's reasoning ids
+and splices in the ids of the regenerated call, cut where each turn's call opens
+(``"spliced"``); a *deep* replacement is the regenerated turn's own ids. Only a turn
+the engine never sampled is tokenized from the template's text (``"retokenized"``).
+
+The sampled ids are kept even where the template would render the turn differently
+(the model wrote compact JSON, ``\\u`` escapes, no newline before ``<tool_call>``, a
+second call): such a turn is flagged in :attr:`TokenTrajectory.matches_template` and
+counted, never re-tokenized. That is harmless for training: the engine's context for
+each generation is built by this same function from the same store, so what the model
+saw when it sampled a turn is a prefix of the sequence trained on, and every action id
+is one the model sampled. (Evaluation renders such a turn in the template's form.)
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class TokenTrajectory:
     ids: list[int]
     action_ranges: list[tuple[int, int]]
     sources: list[Source]  #: how each action span's ids were obtained
+    matches_template: list[bool] = field(default_factory=list)  #: each span's ids decode to the template's text
 
     def action_mask(self) -> list[int]:
         mask = [0] * len(self.ids)
@@ -136,27 +142,40 @@ def _split_action(delta: str, marker: str | None) -> tuple[str, str]:
     return delta, ""
 
 
-def _turn_ids(tokenizer: Any, msg: Message, action: str, marker: str | None, store: SampledStore | None):
-    """Ids of one assistant action, its source and the length of ids that are action (rest: observation)."""
-    body = action[: -len(marker)] if marker and action.endswith(marker) else action
+def _splice(tokenizer: Any, msg: Message, old: Sampled, new: Sampled) -> list[int] | None:
+    """A shallow replacement's ids: ``old``'s ids up to its call, then ``new``'s from its call on."""
+    old_cut = _prefix_len(tokenizer, old.ids, msg.content)
+    new_cut = _prefix_len(tokenizer, new.ids, protocol.parse_turn(new.text).reasoning)
+    if old_cut is None or new_cut is None:  # a call marker that does not start on a token boundary
+        return None
+    return list(old.ids[:old_cut]) + list(new.ids[new_cut:])
+
+
+def _turn_ids(
+    tokenizer: Any, msg: Message, action: str, marker: str | None, store: SampledStore | None
+) -> tuple[list[int], Source, int, bool]:
+    """Ids of one assistant action: (ids, source, how many of them are action, whether they decode to ``action``).
+
+    ``action`` is the template's text of the turn, ending with its end-of-turn marker.
+    Ids past the action count are the marker the engine did not sample (it stopped at a
+    stop token or the length limit), which the template adds as observation.
+    """
+    ids: list[int] | None = None
+    source: Source = "sampled"
     if store is not None:
         item, pair = store.lookup(msg)
         if item is not None:
-            decoded = _decode(tokenizer, item.ids)
-            if decoded == action:
-                return list(item.ids), "sampled", len(item.ids)
-            if decoded == body:  # truncated turn: the template's end marker was not sampled
-                ids = list(item.ids) + _encode(tokenizer, action[len(body) :])
-                return ids, "sampled", len(item.ids)
-        if pair is not None:
-            old, new = pair
-            old_cut = _prefix_len(tokenizer, old.ids, msg.content)
-            new_cut = _prefix_len(tokenizer, new.ids, protocol.parse_turn(new.text).reasoning)
-            if old_cut is not None and new_cut is not None:
-                ids = list(old.ids[:old_cut]) + list(new.ids[new_cut:])
-                if _decode(tokenizer, ids) == action:
-                    return ids, "spliced", len(ids)
-    return _encode(tokenizer, action), "retokenized", None
+            ids = list(item.ids)
+        elif pair is not None:
+            ids, source = _splice(tokenizer, msg, *pair), "spliced"
+    if ids is None:
+        return _encode(tokenizer, action), "retokenized", 0, True
+    n_action = len(ids)
+    decoded = _decode(tokenizer, ids)
+    if marker and action.endswith(marker) and not decoded.endswith(marker):
+        ids += _encode(tokenizer, marker)
+        decoded += marker
+    return ids, source, n_action, decoded == action
 
 
 def assemble(
@@ -189,6 +208,7 @@ def assemble(
     ids = _encode(tokenizer, prev)
     ranges: list[tuple[int, int]] = []
     sources: list[Source] = []
+    matches: list[bool] = []
     for i in range(n_prompt, len(msgs)):
         full = render(tokenizer, msgs[: i + 1], add_generation_prompt=gen_after(i + 1))
         if not full.startswith(prev):
@@ -202,9 +222,11 @@ def assemble(
             ids += _encode(tokenizer, delta)
             continue
         action, tail = _split_action(delta, marker)
-        turn_ids, source, n_action = _turn_ids(tokenizer, msgs[i], action, marker, store)
-        n_action = len(turn_ids) if n_action is None else n_action
+        turn_ids, source, n_action, matches_template = _turn_ids(tokenizer, msgs[i], action, marker, store)
+        if source == "retokenized":  # not sampled: the body and marker count as action, like a sampled turn
+            n_action = len(turn_ids)
         ranges.append((len(ids), len(ids) + n_action))
         sources.append(source)
+        matches.append(matches_template)
         ids += turn_ids + _encode(tokenizer, tail)
-    return TokenTrajectory(ids, ranges, sources)
+    return TokenTrajectory(ids, ranges, sources, matches)
