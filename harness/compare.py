@@ -22,6 +22,8 @@ from typing import Any
 
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
+from harness.metrics import TrajectoryMetrics
+
 #: The four benchmarks shipped in ``tasks/``.
 TASKS = ("aime24", "aime25", "gpqa", "livecodebench")
 
@@ -52,6 +54,25 @@ class SampleRecord:
     error_kinds: dict[str, int] = field(default_factory=dict)  #: error kind -> failed attempts
     events: list[dict[str, Any]] = field(default_factory=list)  #: SAAR events (turn, retry, action, ...)
     time: float | None = None  #: seconds the sample took
+    turns: int = 0  #: assistant turns kept
+    tokens_kept: int = 0  #: generated tokens of the turns that remain
+
+    @property
+    def metrics(self) -> TrajectoryMetrics:
+        """This (sample, epoch)'s trajectory numbers, as :mod:`harness.metrics` defines them."""
+        return TrajectoryMetrics.from_summary(
+            {
+                "saar_on": self.saar_on,
+                "assistant_turns": self.turns,
+                "tool_calls": self.tool_calls,
+                "tool_failures": self.tool_failures,
+                "failures_kept": self.failures_kept,
+                "tokens_generated": self.tokens,
+                "tokens_kept": self.tokens_kept,
+                "error_kinds": self.error_kinds,
+                "saar_events": self.events,
+            }
+        )
 
 
 @dataclass
@@ -95,8 +116,10 @@ def task_file(task: str) -> str:
 
 
 def _arm_of(log: EvalLog) -> str:
+    """ "on" or "off": the resolved switch the task recorded (a preset decides it too), else the task argument."""
     args = {**log.eval.task_args, **log.eval.task_args_passed}
-    value = args.get("saar", False)
+    metadata = log.eval.metadata or {}
+    value = metadata["saar"] if "saar" in metadata else args.get("saar", False)
     if isinstance(value, str):
         value = value.strip().lower() in ("1", "true", "yes", "on")
     return "on" if value else "off"
@@ -130,12 +153,14 @@ def _record(sample: EvalSample, where: str) -> SampleRecord:
         tool_calls=calls,
         tool_failures=int(failures),
         failures_kept=int(traj.get("failures_kept", value.get("failures_kept", 0))),
-        tokens=float(traj.get("tokens_generated", value.get("tokens", 0.0))),
+        tokens=float(traj.get("tokens_generated", value.get("tokens_generated", value.get("tokens", 0.0)))),
         saar_on=bool(traj.get("saar_on", False)),
         stop_reason=traj.get("stop_reason"),
         error_kinds={str(k): int(v) for k, v in (traj.get("error_kinds") or {}).items()},
         events=list(traj.get("saar_events") or []),
         time=sample.total_time,
+        turns=int(traj.get("assistant_turns", 0)),
+        tokens_kept=int(traj.get("tokens_kept", 0)),
     )
 
 
@@ -220,7 +245,7 @@ def run_arms(
     model: str,
     *,
     log_dir: str | Path,
-    epochs: int = 1,
+    epochs: int | None = None,
     limit: int | None = None,
     task_args: dict[str, Any] | None = None,
     model_args: dict[str, Any] | None = None,
@@ -238,11 +263,13 @@ def run_arms(
     finished arms. ``{task}`` in ``model`` is replaced by the task name (the replay
     model has one script per task: ``replay/{task}.yaml``). ``time_limit`` bounds each
     sample's seconds (a sample that reaches it ends and is scored). Both arms get the same
-    ``seed``, dataset, limit and generation config; only ``saar`` differs.
+    ``seed``, dataset, limit and generation config; only ``saar`` differs. ``epochs`` None
+    leaves the number of samples per problem to the task (its preset, or 1). No generation
+    seed is sent: the solver seeds every generation per (sample, epoch) from the task's ``seed``.
     """
     from inspect_ai import eval_set
 
-    if epochs < 1:
+    if epochs is not None and epochs < 1:
         raise CompareError(f"epochs must be >= 1, got {epochs}")
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
@@ -253,7 +280,9 @@ def run_arms(
         name = task_name(spec)
         for arm in arms:
             arm_dir = Path(log_dir) / name / f"saar-{arm}"
-            args = {**(task_args or {}), "saar": arm == "on", "epochs": epochs}
+            args = {**(task_args or {}), "saar": arm == "on"}
+            if epochs is not None:
+                args["epochs"] = epochs
             ok, logs = eval_set(
                 tasks=spec,
                 log_dir=str(arm_dir),

@@ -25,12 +25,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from harness.lcb import fn_name_of, parse_tests
+from harness.problems import Kind
 from harness.prompts import code_prompt, gpqa_prompt, math_prompt, shuffle_choices
-
-Kind = Literal["math", "gpqa", "code"]
 
 # Pinned sources. The revisions are commits of the hub repositories, gathered from public
 # references without hub access from this machine: someone with internet access must check

@@ -13,9 +13,9 @@ A baseline is a YAML file under ``results/baselines/``::
     generate: {temperature: 0}   # optional: GenerateConfig fields (temperature, max_tokens, seed, ...)
     metrics:                     # names from harness.report.summarize
       accuracy: {value: 0.5, tolerance: 0.0}
-      tool_failure_rate: {value: 0.25, tolerance: 0.05}
+      tool_failure_rate_pooled: {value: 0.25, tolerance: 0.05}
       saar_shallow: 1            # a bare number: exact
-      tokens: {min: 10, max: 400}
+      tokens_mean: {min: 10, max: 400}
 
 :func:`check` compares one eval log with its baseline. A log whose status is not
 ``success``, or that has errored samples, fails whatever its metrics say:
@@ -45,12 +45,13 @@ DEFAULT_METRICS = (
     "tool_calls",
     "tool_failures",
     "tool_failure_rate",
+    "tool_failure_rate_pooled",
     "failures_kept",
     "saar_shallow",
     "saar_deep",
     "saar_purified",
     "saar_exhausted",
-    "tokens",
+    "tokens_mean",
 )
 
 _KEYS = {

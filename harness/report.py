@@ -29,9 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.compare import ArmRun
-
-#: SAAR actions, in the order tables show them (see :class:`harness.saar.SaarEvent`).
-ACTIONS = ("shallow", "deep", "no_call", "length", "exhausted", "cap")
+from harness.metrics import aggregate
 
 #: Plot files written next to report.md.
 PLOTS = ("accuracy.png", "error_kinds.png", "saar_events.png", "tokens.png")
@@ -129,21 +127,19 @@ def summarize(arm: ArmRun) -> dict[str, float]:
     """The metrics of one arm, by name (the names baselines in ``results/baselines/`` refer to).
 
     ``accuracy`` is pass@1 and ``accuracy_stderr`` its stderr; ``pass_at_k`` uses
-    ``k`` = the arm's epochs. ``tool_failure_rate`` pools every attempt of the arm
-    (failures / calls). ``saar_<action>`` and ``tool_calls``/``tool_failures``/
-    ``failures_kept`` are totals over all samples and epochs; ``tokens`` and
-    ``time`` are per scored (sample, epoch). ``errors.<Kind>`` counts failed
-    attempts by error kind; ``errored`` counts samples that errored instead of scoring.
+    ``k`` = the arm's epochs. The trajectory metrics are :func:`harness.metrics.aggregate`'s
+    over every scored (sample, epoch): ``tool_failure_rate`` is the mean of each one's rate
+    (as Inspect shows it), ``tool_failure_rate_pooled`` failed / executed calls over the arm;
+    counts (``tool_calls``, ``saar_<action>``, ``errors.<Kind>``, ...) are totals and ``*_mean``
+    names are means per (sample, epoch). ``time`` is seconds per scored (sample, epoch);
+    ``errored`` counts samples that errored instead of scoring.
     """
     acc = per_sample(arm)
     means = [mean(v) for v in acc.values()]
     k = max((len(v) for v in acc.values()), default=1)
     recs = arm.samples
-    calls = sum(r.tool_calls for r in recs)
-    failures = sum(r.tool_failures for r in recs)
-    actions = Counter(e.get("action") for r in recs for e in r.events)
     times = [r.time for r in recs if r.time is not None]
-    out: dict[str, float] = {
+    return {
         "samples": float(len(acc)),
         "epochs": float(k),
         "scored": float(len(recs)),
@@ -151,24 +147,10 @@ def summarize(arm: ArmRun) -> dict[str, float]:
         "accuracy": mean(means),
         "accuracy_stderr": stderr(means),
         "pass_at_k": mean([pass_at_k(len(v), int(round(sum(v))), len(v)) for v in acc.values()]),
-        "tool_calls": float(calls),
-        "tool_failures": float(failures),
-        "tool_failure_rate": failures / calls if calls else 0.0,
-        "failures_kept": float(sum(r.failures_kept for r in recs)),
-        "saar_on_rate": mean([1.0 if r.saar_on else 0.0 for r in recs]),
-        "saar_purified": float(sum(1 for r in recs for e in r.events if e.get("ok"))),
-        "tokens": mean([r.tokens for r in recs]),
+        **aggregate([r.metrics for r in recs]),
         "time": mean(times) if times else float("nan"),
         "wall_time": arm.wall_time if arm.wall_time is not None else float("nan"),
     }
-    for action in ACTIONS:
-        out[f"saar_{action}"] = float(actions.get(action, 0))
-    kinds: Counter[str] = Counter()
-    for r in recs:
-        kinds.update(r.error_kinds)
-    for kind, count in sorted(kinds.items()):
-        out[f"errors.{kind}"] = float(count)
-    return out
 
 
 def events_by_error_kind(arm: ArmRun) -> dict[str, Counter[str]]:
@@ -220,7 +202,8 @@ def arms_table(arms: Sequence[ArmRun]) -> str:
         "pass@1 ± stderr",
         "pass@k",
         "tool calls",
-        "failure rate",
+        "failure rate (mean/sample)",
+        "failure rate (pooled)",
         "failures kept",
         "shallow",
         "deep",
@@ -244,12 +227,13 @@ def arms_table(arms: Sequence[ArmRun]) -> str:
                 f"{s['pass_at_k']:.3f} (k={_n(s['epochs'])})",
                 _n(s["tool_calls"]),
                 f"{s['tool_failure_rate']:.3f}",
+                f"{s['tool_failure_rate_pooled']:.3f}",
                 _n(s["failures_kept"]),
                 _n(s["saar_shallow"]),
                 _n(s["saar_deep"]),
                 _n(s["saar_purified"]),
                 _n(s["saar_exhausted"]),
-                f"{s['tokens']:.1f}",
+                f"{s['tokens_mean']:.1f}",
                 _f(s["time"], 2),
                 _f(s["wall_time"], 1),
                 a.status + (f" ({len(a.errored)} errored)" if a.errored else ""),
@@ -314,12 +298,13 @@ def side_by_side(arms: Sequence[ArmRun]) -> str:
         ("samples x epochs", [f"{_n(s['samples'])} x {_n(s['epochs'])}" for s in sums]),
         ("pass@1", [f"{s['accuracy']:.3f} ± {s['accuracy_stderr']:.3f}" for s in sums]),
         ("tool calls", [_n(s["tool_calls"]) for s in sums]),
-        ("tool failures", [f"{_n(s['tool_failures'])} ({s['tool_failure_rate']:.0%})" for s in sums]),
+        ("tool failures (pooled)", [f"{_n(s['tool_failures'])} ({s['tool_failure_rate_pooled']:.0%})" for s in sums]),
+        ("failure rate/sample", [f"{s['tool_failure_rate']:.0%}" for s in sums]),
         ("failures kept", [_n(s["failures_kept"]) for s in sums]),
         ("SAAR shallow/deep", [f"{_n(s['saar_shallow'])}/{_n(s['saar_deep'])}" for s in sums]),
         ("SAAR purified", [_n(s["saar_purified"]) for s in sums]),
         ("SAAR exhausted", [_n(s["saar_exhausted"]) for s in sums]),
-        ("tokens/sample", [f"{s['tokens']:.0f}" for s in sums]),
+        ("tokens/sample", [f"{s['tokens_mean']:.0f}" for s in sums]),
         ("wall time s", [_f(s["wall_time"], 1) for s in sums]),
     ]
     header = ["", *[f"{a.task} SAAR {a.arm}" for a in arms]]
@@ -472,8 +457,10 @@ def write_report(
         "## Arms",
         "",
         "pass@1 is the mean over samples of each sample's accuracy over epochs, with its stderr over samples. "
-        "Failure rate = failed attempts / executed calls (purified attempts included). Shallow, deep, purified "
-        "and exhausted count SAAR events over all samples; tokens include discarded regenerations.",
+        "Failure rate (mean/sample) = the mean over (sample, epoch) of each trajectory's failed / executed calls "
+        "(what Inspect shows); failure rate (pooled) = failed attempts / executed calls over the arm (purified "
+        "attempts included). Shallow, deep, purified and exhausted count SAAR events over all samples; tokens "
+        "include discarded regenerations.",
         "",
         arms_table(arms),
         "",

@@ -18,7 +18,7 @@ when a call fails. The behaviour follows the reference implementation
   regenerated turn without a call: the error and that turn stay, rollback off.
   A regenerated turn that hit the length limit: the state before the error is
   restored and the rollout ends. ``max_attempts`` tool calls per trajectory turn
-  rollback off.
+  rollback off, with a ``cap`` event (checked here only, before every regeneration).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def replace_turn(installed: Message, regenerated: Message, cfg: SaarConfig) -> t
     """The turn that takes the failed turn's place, and whether that was shallow or deep."""
     ratio = similarity(installed, regenerated, cfg.similarity)
     if ratio is not None and ratio >= cfg.gamma and regenerated.call is not None:
-        return installed.with_call(regenerated.call), "shallow", ratio
+        return installed.with_call(regenerated.call, regenerated.call_tokens), "shallow", ratio
     return regenerated, "deep", ratio
 
 
@@ -112,12 +112,12 @@ async def rollback(state: RolloutState, index: int, error: Message, error_kind: 
     cfg = state.config.saar
     turn = state.assistant_turns - 1
     for retry in range(1, cfg.max_retries + 1):
-        if state.attempts >= cfg.max_attempts:
+        if state.cap_reached():
             state.rollback_on = False
             state.record(SaarEvent(turn, retry, "cap", error_kind))
             return error
         installed = state.messages[index]
-        gen, regenerated = await state.generate_turn([*state.messages[: index + 1], error])
+        gen, regenerated = await state.generate_turn([*state.messages[: index + 1], error], turn=turn, retry=retry)
         if gen.truncated:
             state.record(SaarEvent(turn, retry, "length", error_kind, tokens=gen.output_tokens))
             state.stop("length")

@@ -6,10 +6,11 @@ Two judges live here, on purpose side by side:
   judges *equivalence*: an equivalent number, fraction or expression in the last
   ``\\boxed{}`` is right (``025`` equals ``25``, ``1,000`` equals ``1000``,
   ``\\frac{1}{2}`` equals ``0.5``), decided by math-verify, the field's library.
-- **Reference training reward** (:func:`strict_reward`) reproduces the strict
-  boxed-answer check of the CLEANER recipe: it looks only at the last
-  :data:`STRICT_WINDOW` characters of the completion and compares the content of the
-  last box with the target as strings. ``\\boxed{025}`` against ``25`` scores -1 there.
+- **Reference training reward** (:func:`strict_reward`) reproduces verl's ``math_dapo``
+  strict box check, which the CLEANER recipe trains with: it looks only at the last
+  :data:`STRICT_WINDOW` characters of the completion, takes the last ``\\boxed{`` there
+  (nothing else: no ``\\fbox``, no ``\\boxed 5``) and compares its content with the target
+  as strings. ``\\boxed{025}`` against ``25`` scores -1 there.
 
 The light normalisation of :func:`strict_reward` is deliberately minimal (see
 :func:`strict_normalize`): it cleans the target (a dataset field) and leaves the box
@@ -21,17 +22,25 @@ wrappers around these functions. Code completions are graded in :mod:`harness.lc
 
 from __future__ import annotations
 
+import json
 import re
+import select
+import subprocess
+import sys
 import threading
-from typing import Literal
+import time
 
-#: The strict reward sees only this many trailing characters of the completion.
-STRICT_WINDOW = 300
+from harness.problems import Kind
+
+#: The strict reward sees only this many trailing characters of the completion: verl's
+#: ``math_dapo.compute_score`` keeps the last 300, and its strict box check the last 100 of those.
+STRICT_WINDOW = 100
+
+#: Seconds math-verify may spend on one comparison (parsing both sides, then verifying).
+VERIFY_TIMEOUT = 5
 
 #: Box commands recognised by :func:`extract_boxed`.
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
-
-Kind = Literal["math", "gpqa", "code"]
 
 
 # --------------------------------------------------------------------------- boxes
@@ -83,9 +92,67 @@ def extract_boxed(text: str | None) -> str | None:
 # --------------------------------------------------------------------------- math
 
 
-def _verify_timeouts() -> int | None:
-    """math-verify's timeouts use SIGALRM, which only works in the main thread."""
-    return 5 if threading.current_thread() is threading.main_thread() else None
+class _VerifyWorker:
+    """The :mod:`harness.verify_worker` child: comparisons from threads other than the main one go there."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "harness.verify_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        if self._read(120.0) is None:  # a fresh interpreter importing sympy: seconds, once
+            self.kill()
+            raise RuntimeError("the math-verify worker (python -m harness.verify_worker) did not start")
+
+    def _read(self, timeout: float) -> dict | None:
+        """The worker's next reply, or None when it gives none within ``timeout`` seconds."""
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                return None
+            line = self.proc.stdout.readline()
+            if not line:  # the worker died
+                return None
+            if line.strip():
+                return json.loads(line)
+
+    def ask(self, answer: str, target: str, timeout: float) -> dict | None:
+        assert self.proc.stdin is not None
+        request = {"answer": answer, "target": str(target), "timeout": VERIFY_TIMEOUT}
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            return None
+        return self._read(timeout)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+_worker_lock = threading.Lock()
+_worker: _VerifyWorker | None = None
+
+
+def _equivalent_in_worker(answer: str, target: str) -> bool:
+    """:func:`_equivalent` in the worker process, killed (and restarted next time) when it does not answer."""
+    global _worker
+    with _worker_lock:  # one comparison at a time per process: the worker answers in order
+        if _worker is None or _worker.proc.poll() is not None:
+            _worker = _VerifyWorker()
+        # three parses' and a verification's worth of math-verify's own timeouts, then the backstop
+        reply = _worker.ask(answer, target, timeout=3 * VERIFY_TIMEOUT + 2)
+        if reply is None:
+            _worker.kill()
+            _worker = None
+            return False
+    return bool(reply.get("equivalent", False))
 
 
 def _as_latex_box(content: str) -> str:
@@ -99,17 +166,30 @@ def _gold_text(target: str) -> str:
     return f"${target}$"
 
 
-def math_equivalent(answer: str, target: str) -> bool:
-    """Whether the LaTeX/plain ``answer`` is mathematically equivalent to ``target``."""
+def _equivalent(answer: str, target: str, timeout: int | None) -> bool:
     from math_verify import parse, verify
 
-    timeout = _verify_timeouts()
     gold = parse(_gold_text(target), parsing_timeout=timeout)
     pred = parse(_as_latex_box(answer.strip()), parsing_timeout=timeout)
     if not gold or not pred:
         # Neither side parsed into mathematics: fall back to a plain string comparison.
         return answer.strip() == str(target).strip() and bool(answer.strip())
     return bool(verify(gold, pred, timeout_seconds=timeout))
+
+
+def math_equivalent(answer: str, target: str) -> bool:
+    """Whether the LaTeX/plain ``answer`` is mathematically equivalent to ``target``.
+
+    Bounded in every thread: math-verify's own timeouts use SIGALRM, which works only in
+    the main thread, so from any other thread (a Ray actor, a thread pool) the comparison
+    runs in the main thread of a worker process (:mod:`harness.verify_worker`), where those
+    timeouts work; should the worker still not answer, it is killed. Either way the answer
+    then counts as not equivalent. A pathological answer such as ``9^{9^{9^{9^{9}}}}``
+    holds the GIL while sympy works on it, so a thread could not be abandoned instead.
+    """
+    if threading.current_thread() is threading.main_thread():
+        return _equivalent(answer, target, VERIFY_TIMEOUT)
+    return _equivalent_in_worker(answer, target)
 
 
 def math_correct(completion: str | None, target: str) -> bool:
@@ -129,8 +209,9 @@ def math_correct(completion: str | None, target: str) -> bool:
 
 _LETTERS = "ABCD"
 _TEXT_WRAPPER = re.compile(r"\\(?:text|textbf|mathrm|mathbf|textrm|mathtt|texttt)\s*\{([^{}]*)\}")
+#: An explicit answer phrase; a bare "option X" / "choice X" is a mention, not an answer ("option D fails").
 _ANSWER_PHRASE = re.compile(
-    r"(?:final\s+answer|answer|correct\s+(?:option|choice)|option|choice)"
+    r"(?:final\s+answer|answer|correct\s+(?:option|choice|answer))"
     r"\s*(?:is|:|=)?\s*(?:is\s*)?[:\s]*\**\s*[\(\[]?\s*([A-D])\s*[\)\]]?(?![A-Za-z0-9])",
     re.IGNORECASE,
 )
@@ -156,7 +237,9 @@ def gpqa_letter(completion: str | None) -> str | None:
 
     Accepted styles, in order of precedence: the last box (``\\boxed{C}``,
     ``\\boxed{(C)}``, ``\\boxed{\\text{C}}``, ``\\boxed{C) text}``), then the last
-    answer phrase (``The answer is C``, ``Answer: (C)``, ``final answer is **C**``).
+    explicit answer phrase (``The answer is C``, ``Answer: (C)``, ``final answer is **C**``,
+    ``The correct option is C``). A letter only mentioned (``option D fails``, ``choice A``)
+    is not an answer, so "The answer is B ... option D fails" is B.
     Lower-case letters count only inside a box, where nothing else could be meant.
     """
     if not completion:
@@ -198,16 +281,38 @@ def strict_normalize(text: str) -> str:
     return text
 
 
+def strict_box(text: str) -> str | None:
+    """The content of the last ``\\boxed{`` in ``text``, as verl's strict check finds it.
+
+    Only the literal ``\\boxed{`` counts. Its braces are matched from there; when they never
+    close, there is no answer, even if an earlier box is complete.
+    """
+    start = text.rfind("\\boxed{")
+    if start < 0:
+        return None
+    depth = 0
+    for i in range(start, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + len("\\boxed{") : i]
+    return None
+
+
 def strict_reward(completion: str | None, target: str) -> float:
     """The reference training reward: +1 if the last box equals the target string, else -1.
 
-    Only the last :data:`STRICT_WINDOW` characters are searched, so a box followed by
-    more than that much text is not seen (and a box cut by the window is no box).
-    Works for math answers and for GPQA letters (``\\boxed{C}`` against ``C``).
+    Exactly what verl's ``math_dapo`` strict box check accepts (:func:`strict_box` over the
+    last :data:`STRICT_WINDOW` characters): a box followed by more than that much text is not
+    seen, a box cut by the window is no box, and ``\\fbox`` is not read. Only the target is
+    normalised (:func:`strict_normalize`). Works for math answers and for GPQA letters
+    (``\\boxed{C}`` against ``C``).
     """
     if not completion:
         return -1.0
-    answer = extract_boxed(completion[-STRICT_WINDOW:])
+    answer = strict_box(completion[-STRICT_WINDOW:])
     if answer is None:
         return -1.0
     return 1.0 if answer == strict_normalize(target) else -1.0

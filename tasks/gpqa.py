@@ -2,7 +2,7 @@
 
 The hub dataset is gated: accept its terms on the dataset page and set HF_TOKEN, or pass a local copy with -T data=...
 
-    inspect eval tasks/gpqa.py --model sglang/Qwen/Qwen3-4B -T saar=true
+    inspect eval tasks/gpqa.py --model sglang/Qwen/Qwen3-4B -T preset=cleaner-paper     # the paper's protocol
     inspect eval tasks/gpqa.py --model embedded/smollm2 -T data=fixture --limit 3
 """
 
@@ -10,25 +10,58 @@ from inspect_ai import Task, task
 
 from harness.datasets import load_gpqa
 from harness.evals.scorers import gpqa_scorer
-from harness.evals.tasks import benchmark_task
+from harness.evals.tasks import SandboxName, TaskOptions, benchmark_task
+from harness.saar import Similarity
 
 
 @task
 def gpqa(
-    saar: bool = False,
-    saar_prob: float = 1.0,
-    gamma: float = 0.5,
-    similarity: str = "code",
-    max_retries: int = 3,
-    max_turns: int = 16,
+    preset: str | None = None,
+    saar: bool | None = None,
+    saar_prob: float | None = None,
+    gamma: float | None = None,
+    similarity: Similarity | None = None,
+    max_retries: int | None = None,
+    max_turns: int | None = None,
     max_total_tokens: int | None = None,
-    timeout: float = 10.0,
-    output_chars: int = 256,
-    sandbox: str = "auto",
+    timeout: float | None = None,
+    output_chars: int | None = None,
+    epochs: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_tokens: int | None = None,
+    sandbox: SandboxName = "auto",
     data: str | None = None,
     seed: int = 0,
-    epochs: int = 1,
 ) -> Task:
-    """GPQA-Diamond with the shared rollout core; `data` is a local file/dir or "fixture" (default: the hub)."""
-    options = dict(locals())  # the task arguments, as given
-    return benchmark_task(load_gpqa(options.pop("data"), seed=seed), gpqa_scorer(), **options)
+    """GPQA-Diamond with the shared rollout core (choices shuffled with `seed`).
+
+    Args:
+        preset: a named protocol ("cleaner-paper": the authors' evaluation; see harness.presets).
+        saar: SAAR (rollback) at inference. Unset: the preset's choice, else off.
+        saar_prob, gamma, similarity, max_retries: SAAR's parameters (paper: 1.0, 0.5, "code", 3).
+        max_turns, max_total_tokens, timeout, output_chars: the rollout's limits.
+        epochs: samples per problem; temperature, top_p, max_tokens: the sampling.
+        sandbox: where programs run ("auto", "local" or "docker").
+        data: a local file or directory, or "fixture" (default: the hub).
+        seed: the run's seed; per-(sample, epoch) sampling seeds derive from it, the same in both SAAR arms.
+    """
+    options = TaskOptions(
+        preset=preset,
+        saar=saar,
+        saar_prob=saar_prob,
+        gamma=gamma,
+        similarity=similarity,
+        max_retries=max_retries,
+        max_turns=max_turns,
+        max_total_tokens=max_total_tokens,
+        timeout=timeout,
+        output_chars=output_chars,
+        epochs=epochs,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        sandbox=sandbox,
+        seed=seed,
+    )
+    return benchmark_task(load_gpqa(data, seed=seed), gpqa_scorer(), options)

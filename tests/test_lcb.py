@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import pickle
-import sys
-import time
 import zlib
 from pathlib import Path
 
@@ -31,37 +28,6 @@ from harness.lcb import (
 from sandboxes.base import ExecResult, Sandbox, SandboxError
 
 
-class SubprocessSandbox(Sandbox):
-    """A minimal real sandbox (a child interpreter), used when sandboxes.local is not importable."""
-
-    backend = "subprocess"
-
-    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
-        start = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            code,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        data = stdin.encode() if isinstance(stdin, str) else stdin
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(data), timeout)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            return ExecResult(ok=False, exit_code=None, error_kind="Timeout", duration=time.monotonic() - start)
-        return ExecResult(
-            ok=proc.returncode == 0,
-            stdout=out.decode(),
-            stderr=err.decode(),
-            exit_code=proc.returncode,
-            duration=time.monotonic() - start,
-        )
-
-
 class BrokenSandbox(Sandbox):
     """Stands in for a dead container: every run reports a sandbox failure."""
 
@@ -74,17 +40,9 @@ class BrokenSandbox(Sandbox):
 
 
 @pytest.fixture
-async def sandbox():
-    try:
-        from sandboxes.local import LocalSandbox
-    except ImportError:
-        box: Sandbox = SubprocessSandbox()
-    else:
-        box = LocalSandbox()
-    try:
-        yield box
-    finally:
-        await box.close()
+async def sandbox(local_sandbox):
+    """The real local backend: a broken one must fail these tests, not fall back to a bare interpreter."""
+    return local_sandbox
 
 
 @pytest.fixture(scope="module")
@@ -277,17 +235,19 @@ async def test_sandbox_failure_raises_instead_of_scoring() -> None:
         await grade(BrokenSandbox(), "print(8)", ADD, fn_name=None)
 
 
-async def test_missing_verdict_raises() -> None:
-    class Silent(SubprocessSandbox):
+async def test_missing_verdict_raises(local_sandbox) -> None:
+    class Silent(Sandbox):
+        """Runs something else than the grading program, in the real local sandbox."""
+
         async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
-            return await super().run_python("print('no verdict here')", timeout=timeout)
+            return await local_sandbox.run_python("print('no verdict here')", timeout=timeout)
 
     with pytest.raises(GradingError, match="no verdict"):
         await grade(Silent(), "print(8)", ADD, fn_name=None)
 
 
-async def test_bad_arguments() -> None:
+async def test_bad_arguments(local_sandbox) -> None:
     with pytest.raises(ValueError, match="no tests"):
-        await grade(SubprocessSandbox(), "print(1)", [], fn_name=None)
+        await grade(local_sandbox, "print(1)", [], fn_name=None)
     with pytest.raises(ValueError, match="timeout_per_test"):
-        await grade(SubprocessSandbox(), "print(1)", ADD, fn_name=None, timeout_per_test=0)
+        await grade(local_sandbox, "print(1)", ADD, fn_name=None, timeout_per_test=0)

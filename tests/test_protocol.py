@@ -95,3 +95,47 @@ def test_openai_shape_of_a_trajectory():
     inline = to_openai(msgs, inline_calls=True)
     assert inline[1]["content"].startswith("r\n<tool_call>") and inline[2]["role"] == "user"
     assert inline[2]["content"] == "<tool_response>\n1\n</tool_response>"
+
+
+# --------------------------------------------------------------------------- issue 9, item 6
+
+
+def _check_strict_history(messages: list[dict]) -> None:
+    """What a strict OpenAI-compatible server checks: the schema, and that every tool message
+    answers a call of the assistant message before it (ids unique within the conversation)."""
+    from openai.types.chat import ChatCompletionMessageParam
+    from pydantic import TypeAdapter
+
+    TypeAdapter(list[ChatCompletionMessageParam]).validate_python(messages)
+    seen: set[str] = set()
+    open_ids: list[str] = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant":
+            open_ids = [c["id"] for c in m.get("tool_calls") or []]
+            assert not set(open_ids) & seen, f"message {i}: call id reused: {open_ids}"
+            seen.update(open_ids)
+        elif m["role"] == "tool":
+            assert m.get("tool_call_id") in open_ids, f"message {i}: tool message answers no open call: {m}"
+            open_ids.remove(m["tool_call_id"])
+        else:
+            open_ids = []
+
+
+async def test_a_history_with_a_malformed_call_is_one_a_strict_server_accepts(local_sandbox):
+    from inspect_ai.model import messages_to_openai
+
+    from harness.evals.convert import to_inspect
+    from harness.messages import user
+    from harness.rollout import RolloutConfig, rollout
+
+    bad = '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"\n</tool_call>'
+    turns = [bad, serialize_call("print(1)"), serialize_call("print(2)"), "Done: \\boxed{2}"]
+
+    async def generate(messages, *, seed=None):
+        return Generation(turns.pop(0), output_tokens=3)
+
+    traj = await rollout([user("q")], generate, local_sandbox, RolloutConfig())
+    assert "malformed tool call" in traj.messages[2].content
+    _check_strict_history(to_openai(traj.messages))
+    inspect_openai = await messages_to_openai(to_inspect(traj.messages))
+    _check_strict_history([dict(m) for m in inspect_openai])

@@ -59,12 +59,12 @@ def test_met_baseline_passes(run_logs: Path, tmp_path: Path):
         "ok",
         metrics={
             "accuracy": {"value": 0.5, "tolerance": 0.0},
-            "tool_failure_rate": {"value": 1 / 3, "tolerance": 0.001},
+            "tool_failure_rate_pooled": {"value": 1 / 3, "tolerance": 0.001},
             "saar_shallow": 1,
             "saar_deep": 0,
             "errors.NameError": 1,
             "errors.Timeout": 0,
-            "tokens": {"min": 10, "max": 100},
+            "tokens_mean": {"min": 10, "max": 100},
         },
     )
     rc, out = _run([b], run_logs, tmp_path)

@@ -91,13 +91,13 @@ def test_summary_metrics_of_fixed_logs(log_dir: Path):
     assert on["accuracy"] == pytest.approx(0.625) and on["accuracy_stderr"] == pytest.approx(sd)
     assert off["pass_at_k"] == pytest.approx(0.5) and on["pass_at_k"] == pytest.approx(0.75)
     assert (off["tool_calls"], off["tool_failures"], off["failures_kept"]) == (10, 6, 6)
-    assert off["tool_failure_rate"] == pytest.approx(0.6)
+    assert off["tool_failure_rate_pooled"] == pytest.approx(0.6)
     assert (on["tool_calls"], on["tool_failures"], on["failures_kept"]) == (14, 6, 0)
-    assert on["tool_failure_rate"] == pytest.approx(6 / 14)
+    assert on["tool_failure_rate_pooled"] == pytest.approx(6 / 14)
     assert (on["saar_shallow"], on["saar_deep"], on["saar_purified"]) == (4, 2, 4)
     assert off["saar_shallow"] == off["saar_deep"] == 0
     assert on["errors.SyntaxError"] == 4 and on["errors.NameError"] == 2
-    assert off["tokens"] == pytest.approx(250.0) and on["tokens"] == pytest.approx(267.5)
+    assert off["tokens_mean"] == pytest.approx(250.0) and on["tokens_mean"] == pytest.approx(267.5)
     assert on["saar_on_rate"] == 1.0 and off["saar_on_rate"] == 0.0
     assert on["wall_time"] == pytest.approx(30.0)
 
@@ -123,12 +123,12 @@ def test_report_tables_and_plots(log_dir: Path, tmp_path: Path):
     report = write_report(arms, tmp_path / "out", n_boot=2000)
     text = report.read_text()
     assert (
-        "| aime24 | off | replay/test.yaml | 4 x 2 | 0.375 ± 0.239 | 0.500 (k=2) | 10 | 0.600 | 6 | 0 | 0 | 0 | 0 "
-        "| 250.0 | 2.00 | 12.0 | success |"
+        "| aime24 | off | replay/test.yaml | 4 x 2 | 0.375 ± 0.239 | 0.500 (k=2) | 10 | 0.375 | 0.600 | 6 "
+        "| 0 | 0 | 0 | 0 | 250.0 | 2.00 | 12.0 | success |"
     ) in text
     assert (
-        "| aime24 | on | replay/test.yaml | 4 x 2 | 0.625 ± 0.239 | 0.750 (k=2) | 14 | 0.429 | 0 | 4 | 2 | 4 | 0 "
-        "| 267.5 | 2.00 | 30.0 | success |"
+        "| aime24 | on | replay/test.yaml | 4 x 2 | 0.625 ± 0.239 | 0.750 (k=2) | 14 | 0.250 | 0.429 | 0 "
+        "| 4 | 2 | 4 | 0 | 267.5 | 2.00 | 30.0 | success |"
     ) in text
     assert "| gpqa | 8 | 0.250 | 0.875 | +0.625 |" in text
     assert "McNemar exact (b=6, c=1) | 0.1250 |" in text

@@ -12,7 +12,7 @@ import random
 import pytest
 
 from harness import protocol
-from harness.messages import Message, user
+from harness.messages import Generation, Message, user
 from harness.replay import ReplayScript
 from harness.rollout import RolloutConfig, Trajectory, rollout
 from harness.saar import SaarConfig, similarity
@@ -34,7 +34,7 @@ async def run(turns: list, sandbox, **saar) -> Trajectory:
     script = ReplayScript.from_dict({"default": turns})
     calls = {"n": 0}
 
-    async def generate(messages: list[Message]):
+    async def generate(messages: list[Message], *, seed: int | None = None):
         calls["n"] += 1
         return script.generation("q", calls["n"] - 1)
 
@@ -90,7 +90,7 @@ async def test_regeneration_sees_the_error_but_the_error_is_removed(local_sandbo
     seen: list[list[Message]] = []
     script = ReplayScript.from_dict({"default": [call(SYNTAX, "A.\n"), call(GOOD, "B.\n"), ANSWER]})
 
-    async def generate(messages):
+    async def generate(messages, *, seed=None):
         seen.append(list(messages))
         return script.generation("q", len(seen) - 1)
 
@@ -181,3 +181,72 @@ def test_config_rejects_bad_values():
         SaarConfig(prob=1.5)
     with pytest.raises(ValueError, match="similarity"):
         SaarConfig(similarity="tokens")  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- issue 9, items 1, 4, 5, 6
+
+
+def scripted(gens: list[Generation], seen: list | None = None):
+    """A generate function over fixed Generations that records the seed of each call."""
+    pending = list(gens)
+
+    async def generate(messages: list[Message], *, seed: int | None = None) -> Generation:
+        if seen is not None:
+            seen.append(seed)
+        return pending.pop(0)
+
+    return generate
+
+
+async def test_shallow_replacement_counts_the_tokens_it_keeps(local_sandbox):
+    failed = Generation(call(SYNTAX, "Compute the sum.\n"), output_tokens=100, reasoning_tokens=60)
+    fixed = Generation(call(GOOD, "Oops.\n"), output_tokens=30, reasoning_tokens=10)
+    answer = Generation(ANSWER, output_tokens=5)
+    cfg = RolloutConfig(max_total_tokens=90, saar=SaarConfig(enabled=True))
+    traj = await rollout([user("q")], scripted([failed, fixed, answer]), local_sandbox, cfg)
+    assert [e.action for e in traj.events] == ["shallow"]
+    kept = traj.messages[1]
+    assert kept.content == "Compute the sum.\n" and kept.call.code == GOOD
+    assert kept.meta["tokens"] == 60 + 20  # the installed reasoning's tokens + the new call's
+    assert traj.tokens_kept == 85 and traj.tokens_generated == 135
+    assert traj.stop_reason == "answer"  # 80 kept tokens do not exhaust the budget of 90
+
+
+async def test_attempt_cap_is_recorded_wherever_it_stops_rollback(local_sandbox):
+    traj = await run([call("print(x0)"), ANSWER], local_sandbox, max_attempts=1)
+    assert [e.action for e in traj.events] == ["cap"]
+    assert not traj.messages[2].meta["ok"] and traj.stop_reason == "answer"
+
+
+async def test_every_parsed_call_has_its_own_id(local_sandbox):
+    traj = await run([call(SYNTAX, "A.\n"), call(OTHER, "B.\n"), call(GOOD, "C.\n"), ANSWER], local_sandbox)
+    ids = [m.call.id for m in traj.messages if m.role == "assistant" and m.call is not None]
+    ids += [m.tool_call_id for m in traj.messages if m.role == "tool"]
+    off = await run([call(SYNTAX, "A.\n"), call(OTHER, "B.\n"), ANSWER], local_sandbox, enabled=False)
+    off_ids = [m.call.id for m in off.messages if m.role == "assistant" and m.call is not None]
+    assert len(set(off_ids)) == 2, off_ids
+    tool_ids = [m.tool_call_id for m in off.messages if m.role == "tool"]
+    assert tool_ids == off_ids  # each result answers its own call
+    assert len(set(ids[:2])) == 2 and ids[2:] == ids[:2]
+
+
+async def test_generation_seeds_per_turn_and_retry_identical_across_arms(local_sandbox):
+    from harness.seeds import generation_seed
+
+    gens = [call(SYNTAX, "A.\n"), call(GOOD, "B.\n"), ANSWER]
+    on_seen: list = []
+    off_seen: list = []
+    for enabled, seen in ((True, on_seen), (False, off_seen)):
+        g = [Generation(t) for t in gens]
+        cfg = RolloutConfig(saar=SaarConfig(enabled=enabled))
+        await rollout([user("q")], scripted(g, seen), local_sandbox, cfg, seed=1234)
+    # turn 0 is seeded identically in both arms; the SAAR regeneration of turn 0 gets its own seed
+    assert on_seen[0] == off_seen[0] == generation_seed(1234, turn=0, retry=0)
+    assert on_seen[1] == generation_seed(1234, turn=0, retry=1) != on_seen[0]
+    assert off_seen[1] == generation_seed(1234, turn=1, retry=0)
+    assert on_seen[2] == generation_seed(1234, turn=1, retry=0)  # the answer after the purified turn 0
+    assert off_seen[2] == generation_seed(1234, turn=2, retry=0)
+    assert len(set(off_seen)) == 3
+    unseeded: list = []
+    await rollout([user("q")], scripted([Generation(ANSWER)], unseeded), local_sandbox, RolloutConfig())
+    assert unseeded == [None]  # no trajectory seed: the provider's own randomness

@@ -207,3 +207,66 @@ def test_extract_code_aliases_and_fallback() -> None:
 @pytest.mark.parametrize("completion", [None, "", "no code", "```python\n\n```", "```cpp\nint main(){}\n```"])
 def test_extract_code_none(completion: str | None) -> None:
     assert extract_code(completion) is None
+
+
+# --------------------------------------------------------------------------- issue 9, items 7-9
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "so \\fbox{25}",  # verl's strict check reads \boxed{ only
+        "so \\boxed 25",  # the TeX argument form is no "\boxed{"
+        "\\boxed{25} and finally \\boxed{2",  # the last "\boxed{" never closes: no answer, earlier box ignored
+        "\\boxed{25}" + "x" * 91,  # more than 100 characters after the box start: outside the strict window
+    ],
+)
+def test_strict_reward_reads_only_what_verls_strict_box_check_reads(completion: str) -> None:
+    assert strict_reward(completion, "25") == -1.0
+
+
+def test_strict_reward_window_is_verls_last_100_characters() -> None:
+    box = "\\boxed{25}"
+    assert STRICT_WINDOW == 100
+    assert strict_reward("y" * 500 + box + "x" * (100 - len(box)), "25") == 1.0
+
+
+def test_lenient_reward_is_bounded_from_a_worker_thread() -> None:
+    """math-verify's own timeout is SIGALRM (main thread only); a Ray actor scores from other threads.
+
+    The pathological power never finishes and holds the GIL, so the check runs in a child
+    interpreter that the test can give up on.
+    """
+    import subprocess
+    import sys
+
+    program = (
+        "import threading\n"
+        "from harness.scoring import lenient_reward\n"
+        "out = {}\n"
+        "t = threading.Thread(target=lambda: out.update(r=lenient_reward('\\\\boxed{9^{9^{9^{9^{9}}}}}', '25')))\n"
+        "t.start(); t.join()\n"
+        "print('reward', out['r'])\n"
+    )
+    try:
+        proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("lenient_reward did not return within 90 s when called from a worker thread")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "reward -1.0" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "The answer is B. Checking the others: option D fails, choice A too.",
+        "Answer: B. Option D is wrong.",
+        "The correct option is B; option C would need more energy.",
+    ],
+)
+def test_gpqa_a_rejected_option_mentioned_later_is_not_the_answer(completion: str) -> None:
+    assert gpqa_letter(completion) == "B"
+
+
+def test_gpqa_bare_option_mention_is_no_answer() -> None:
+    assert gpqa_letter("Option D fails and choice A too.") is None

@@ -96,3 +96,20 @@ def test_inspect_lists_the_four_tasks():
         check=True,
     ).stdout
     assert all(f"tasks/{t}.py@{t}" in out for t in TASKS)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_inspect_and_the_report_agree_on_each_metric_name(logs, task):
+    """One definition per metric: Inspect's tool_failure_rate (a per-sample mean) is the report's tool_failure_rate;
+    the report's pooled rate has its own name."""
+    from harness.compare import arm_from_log
+    from harness.report import summarize
+
+    log = logs[(task, True)]
+    by_name = {score.name: score for score in log.results.scores}
+    inspect_rate = by_name["tool_failure_rate"].metrics["mean"].value
+    s = summarize(arm_from_log(log))
+    assert s["tool_failure_rate"] == pytest.approx(inspect_rate)
+    recs = arm_from_log(log).samples
+    pooled = sum(r.tool_failures for r in recs) / max(1, sum(r.tool_calls for r in recs))
+    assert s["tool_failure_rate_pooled"] == pytest.approx(pooled)

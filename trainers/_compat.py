@@ -1,10 +1,10 @@
 """The harness parts the trainer uses, found in one place.
 
-``harness.chat.render`` (the one chat-template rendering), ``harness.models.load_model``
-(the embedded SmolLM2 model) and ``sandboxes.backends.get_backend`` are the shared
-implementations; this module imports them. Where one is missing (a partial checkout),
-a minimal stand-in with the same contract is used and named as such by
-:func:`stand_ins`, so the trainer keeps working and says what it runs on.
+``harness.chat.render`` (the one chat-template rendering: there is no other, here or
+anywhere), ``harness.models.load_model`` (the embedded SmolLM2 model) and
+``sandboxes.backends.get_backend`` are the shared implementations; this module imports
+them. Where the model loader is missing (a partial checkout), a minimal stand-in with the
+same contract is used and named as such by :func:`stand_ins`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from harness.messages import Message, to_openai
-from harness.protocol import TOOL_SCHEMA
+from harness.chat import render
 
 
 def _has(module: str) -> bool:
@@ -26,28 +25,12 @@ def _has(module: str) -> bool:
 
 def stand_ins() -> list[str]:
     """Which shared parts are replaced by this module's stand-ins."""
-    return [m for m in ("harness.chat", "harness.models", "sandboxes.backends") if not _has(m)]
-
-
-def _render_fallback(tokenizer: Any, messages: list[Message], add_generation_prompt: bool = True) -> str:
-    """Stand-in for harness.chat.render: inline Hermes calls unless the template knows tools."""
-    template = getattr(tokenizer, "chat_template", "") or ""
-    native = "tool_calls" in template or "tools" in template
-    kwargs = {"tools": [TOOL_SCHEMA]} if native else {}
-    return tokenizer.apply_chat_template(
-        to_openai(list(messages), inline_calls=not native),
-        tokenize=False,
-        add_generation_prompt=add_generation_prompt,
-        **kwargs,
-    )
+    return [m for m in ("harness.models", "sandboxes.backends") if not _has(m)]
 
 
 def get_render() -> Any:
-    if _has("harness.chat"):
-        from harness.chat import render  # noqa: PLC0415
-
-        return render
-    return _render_fallback
+    """The one rendering of a trajectory into a prompt, :func:`harness.chat.render` (evaluation uses it too)."""
+    return render
 
 
 def get_backend(name: str | None = None) -> Any:

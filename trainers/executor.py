@@ -19,8 +19,21 @@ with the shared scoring, and returns the dict OpenRLHF turns into an experience:
   recomputes old log-probs over the final sequence, and importance-sampling
   correction must stay off (``--algo.advantage.is_correction_level off``, the
   default; the launcher refuses anything else, and so does this executor);
-* ``reward`` (+1/-1, or the code fraction), ``scores`` in [0, 1] for dynamic filtering;
-* ``extra_logs``: SAAR events by kind, tool calls and failures, turns, tokens.
+* ``reward`` (+1/-1, or the code fraction, plus the overlong penalty when configured),
+  ``scores`` in [0, 1] for dynamic filtering;
+* ``extra_logs``: SAAR events by kind, tool calls and failures, turns, tokens, and the
+  token path's own counts (:func:`token_logs`).
+
+Lengths: each generation may use at most ``sampling_params.max_tokens`` (OpenRLHF's
+``--rollout.max_new_tokens``) and never more than what is left of ``max_length``
+(``--data.max_len``). The overlong penalty counts *generated* tokens only (the action
+ranges), because OpenRLHF 0.11.2 measures its response length from the first to the
+last action token, tool output included (its issue #1243).
+
+Sandboxes: a sandbox is leased from the backend for each program run and returned
+right after, at most ``sandbox_pool`` at once per executor (one executor per vLLM
+engine), so a docker node runs at most ``engines x sandbox_pool`` containers however
+many rollouts are in flight.
 
 Configuration comes from the environment variable ``CLEANER_AGENT_CONFIG`` (JSON of
 :class:`ExecutorConfig` fields), which the launcher puts into the Ray job's runtime env.
@@ -31,6 +44,7 @@ its configuration lives in :mod:`trainers.config`.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from copy import deepcopy
 from typing import Any
@@ -38,35 +52,54 @@ from typing import Any
 from openrlhf.utils.agent import AgentExecutorBase
 
 from harness.messages import Generation, Message
+from harness.problems import rollout_config
 from harness.rollout import Trajectory, rollout
-from sandboxes.base import Sandbox
+from sandboxes.base import ExecResult, Sandbox
 from trainers._compat import get_backend, get_render
 from trainers.config import ExecutorConfig
 from trainers.data import TrainItem
-from trainers.reward import Outcome, compute_reward
-from trainers.tokens import SampledStore, assemble
+from trainers.reward import Outcome, compute_reward, overlong_penalty
+from trainers.tokens import SampledStore, TokenTrajectory, assemble
 
 
-def extra_logs(traj: Trajectory, outcome: Outcome, sources: list[str]) -> dict[str, float]:
-    """Per-sample numbers OpenRLHF averages and logs (it wants scalars only)."""
-    s = traj.summary()
-    calls = s["tool_calls"]
+def extra_logs(traj: Trajectory, outcome: Outcome) -> dict[str, float]:
+    """Per-sample numbers OpenRLHF averages and logs (scalars only; :mod:`harness.metrics` defines each)."""
+    return {**traj.metrics().scalars(), "correct": float(outcome.correct)}
+
+
+def token_logs(final: TokenTrajectory, penalty: float) -> dict[str, float]:
+    """The token path's per-sample numbers: what was trained on and how its ids were obtained.
+
+    ``response_tokens`` counts generated tokens only (the action ranges). ``retokenized_turns``
+    are turns whose ids were not sampled (0 unless a turn came from outside the engine);
+    ``template_mismatch_turns`` are sampled turns the chat template would render differently
+    (kept as sampled, see :mod:`trainers.tokens`).
+    """
     return {
-        "saar_on": float(s["saar_on"]),
-        "saar_shallow": float(s["saar_shallow"]),
-        "saar_deep": float(s["saar_deep"]),
-        "saar_purified": float(s["saar_purified"]),
-        "saar_exhausted": float(s["saar_exhausted"]),
-        "tool_calls": float(calls),
-        "tool_failures": float(s["tool_failures"]),
-        "tool_failure_rate": s["tool_failures"] / calls if calls else 0.0,
-        "failures_kept": float(s["failures_kept"]),
-        "turns": float(s["assistant_turns"]),
-        "tokens_generated": float(s["tokens_generated"]),
-        "tokens_kept": float(s["tokens_kept"]),
-        "correct": float(outcome.correct),
-        "retokenized_turns": float(sum(1 for x in sources if x == "retokenized")),
+        "response_tokens": float(sum(end - start for start, end in final.action_ranges)),
+        "retokenized_turns": float(final.sources.count("retokenized")),
+        "spliced_turns": float(final.sources.count("spliced")),
+        "template_mismatch_turns": float(final.matches_template.count(False)),
+        "overlong_penalty": penalty,
     }
+
+
+class _LeasedSandbox(Sandbox):
+    """A sandbox leased from ``backend`` for each program run, at most as many at once as ``slots`` allows."""
+
+    backend = "leased"
+
+    def __init__(self, backend: Any, slots: asyncio.Semaphore) -> None:
+        self._backend = backend
+        self._slots = slots
+
+    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
+        async with self._slots:
+            sandbox = await self._backend.acquire()
+            try:
+                return await sandbox.run_python(code, timeout=timeout, stdin=stdin, files=files)
+            finally:
+                await self._backend.release(sandbox)
 
 
 class AgentExecutor(AgentExecutorBase):
@@ -78,16 +111,20 @@ class AgentExecutor(AgentExecutorBase):
         self._rng = random.Random(self.config.seed)
         self._render = render
         self._backend = backend
+        self._slots: asyncio.Semaphore | None = None
 
     def _get_render(self) -> Any:
         if self._render is None:
             self._render = get_render()
         return self._render
 
-    async def _acquire(self) -> Sandbox:
+    def _sandbox(self) -> Sandbox:
+        """This rollout's sandbox: program runs leased from the engine's bounded pool."""
         if self._backend is None:
             self._backend = get_backend(self.config.sandbox)
-        return await self._backend.acquire()
+        if self._slots is None:  # made inside the engine's event loop
+            self._slots = asyncio.Semaphore(self.config.sandbox_pool)
+        return _LeasedSandbox(self._backend, self._slots)
 
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
         result, _ = await self.run(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
@@ -115,10 +152,14 @@ class AgentExecutor(AgentExecutorBase):
         n_prompt = len(messages)
         store = SampledStore()
 
-        async def generate(context: list[Message]) -> Generation:
+        async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
             ctx = assemble(tokenizer, context, n_prompt, store=store, add_generation_prompt=True, render=render)
             params = deepcopy(sampling_params)
-            params.max_tokens = max_length - len(ctx.ids)
+            if seed is not None:  # a seeded trajectory (harness.seeds): vLLM honours a per-request seed
+                params.seed = seed
+            left = max_length - len(ctx.ids)
+            per_turn = getattr(sampling_params, "max_tokens", None)  # --rollout.max_new_tokens
+            params.max_tokens = left if per_turn is None else min(per_turn, left)
             if params.max_tokens <= 0:
                 return Generation(text="", truncated=True, output_tokens=0, token_ids=[])
             out = (await engine.generate(ctx.ids, params)).outputs[0]
@@ -130,14 +171,14 @@ class AgentExecutor(AgentExecutorBase):
             store.add(text, ids)
             return Generation(text=text, truncated=out.finish_reason == "length", output_tokens=len(ids), token_ids=ids)
 
-        sandbox = await self._acquire()
-        try:
-            rng = random.Random(self._rng.random())
-            traj = await rollout(messages, generate, sandbox, self._rollout_config, rng)
-            outcome = await compute_reward(item, traj.final_text, sandbox, lenient=self.config.lenient_reward)
-        finally:
-            await self._backend.release(sandbox)
+        sandbox = self._sandbox()
+        rng = random.Random(self._rng.random())
+        # the parse mode follows the problem kind: a code item's final ```python block is its answer
+        config = rollout_config(item.kind, self._rollout_config)
+        traj = await rollout(messages, generate, sandbox, config, rng)
+        outcome = await compute_reward(item, traj.final_text, sandbox, lenient=self.config.lenient_reward)
         final = assemble(tokenizer, traj.messages, n_prompt, store=store, render=render)
+        penalty = self._overlong_penalty(final)
         result = {
             "prompt": prompt,
             "label": label,
@@ -147,8 +188,15 @@ class AgentExecutor(AgentExecutorBase):
             "action_ranges": final.action_ranges,
             "rollout_log_probs": None,
             "truncated": traj.stop_reason == "length",
-            "reward": outcome.reward,
+            "reward": outcome.reward + penalty,
             "scores": outcome.score,
-            "extra_logs": extra_logs(traj, outcome, final.sources),
+            "extra_logs": {**extra_logs(traj, outcome), **token_logs(final, penalty)},
         }
         return result, traj
+
+    def _overlong_penalty(self, final: TokenTrajectory) -> float:
+        cfg = self.config
+        if cfg.overlong_buffer_len is None or cfg.max_new_tokens is None:
+            return 0.0
+        generated = sum(end - start for start, end in final.action_ranges)
+        return overlong_penalty(generated, cfg.max_new_tokens, cfg.overlong_buffer_len, cfg.overlong_penalty_factor)

@@ -59,3 +59,16 @@ async def compute_reward(
         fraction = float(grade.fraction)
         return Outcome(fraction, fraction, fraction >= 1.0)
     raise ValueError(f"item {item.id}: unknown kind {item.kind!r} (expected math, gpqa or code)")
+
+
+def overlong_penalty(generated: int, max_new_tokens: int, buffer_len: int, factor: float = 1.0) -> float:
+    """DAPO's soft overlong penalty over ``generated`` tokens (<= 0; 0 within ``max_new_tokens - buffer_len``).
+
+    The penalty grows linearly from 0 to ``-factor`` across the last ``buffer_len`` tokens of the
+    budget. The executor applies it to generated tokens only: OpenRLHF 0.11.2's own penalty
+    (``--reward.overlong_buffer_len``) measures a span that includes tool output (its issue #1243).
+    """
+    if buffer_len <= 0 or buffer_len > max_new_tokens:
+        raise ValueError(f"overlong buffer {buffer_len} must be in (0, {max_new_tokens}]")
+    excess = generated - (max_new_tokens - buffer_len)
+    return -min(excess, buffer_len) / buffer_len * factor if excess > 0 else 0.0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from inspect_ai.model import (
     ChatMessage,
     ChatMessageAssistant,
@@ -9,12 +11,32 @@ from inspect_ai.model import (
     ChatMessageTool,
     ChatMessageUser,
     ModelOutput,
+    StopReason,
 )
 from inspect_ai.tool import ToolCall as InspectToolCall
 from inspect_ai.tool import ToolInfo, ToolParams
 
 from harness import protocol
-from harness.messages import Generation, Message
+from harness.messages import Generation, Message, tool_response_text
+
+#: Every stop reason Inspect reports, and whether it means the turn was cut short (so it is
+#: no answer and the rollout ends with ``length``): the output limit (``max_tokens``), the
+#: model's context (``model_length``) and a provider's filter (``content_filter``) cut it;
+#: ``stop`` and ``tool_calls`` end it; ``unknown`` (a provider that does not say) counts as
+#: ended, since nothing says it was cut.
+CUT_SHORT: dict[str, bool] = {
+    "stop": False,
+    "tool_calls": False,
+    "max_tokens": True,
+    "model_length": True,
+    "content_filter": True,
+    "unknown": False,
+}
+if set(CUT_SHORT) != set(get_args(StopReason)):  # pragma: no cover - an Inspect upgrade added or dropped one
+    raise ImportError(
+        f"harness.evals.convert: map every Inspect stop reason; mapped {sorted(CUT_SHORT)}, "
+        f"Inspect has {sorted(get_args(StopReason))}"
+    )
 
 #: The python tool as Inspect describes tools to providers that call tools natively.
 PYTHON_TOOL = ToolInfo(
@@ -31,6 +53,10 @@ def to_inspect(messages: list[Message]) -> list[ChatMessage]:
             out.append(ChatMessageSystem(content=m.content))
         elif m.role == "user":
             out.append(ChatMessageUser(content=m.content))
+        elif m.role == "tool" and m.tool_call_id is None:
+            # the answer to a malformed call: no call to answer, so not a tool message (see to_openai)
+            meta = {"ok": m.meta.get("ok", False), "error_kind": m.meta.get("error_kind")} if m.meta else None
+            out.append(ChatMessageUser(content=tool_response_text(m.content), metadata=meta))
         elif m.role == "tool":
             error_kind = m.meta.get("error_kind")
             out.append(
@@ -43,7 +69,7 @@ def to_inspect(messages: list[Message]) -> list[ChatMessage]:
             )
         elif m.call is not None:
             call = InspectToolCall(id=m.call.id, function=protocol.TOOL_NAME, arguments=m.call.arguments())
-            out.append(ChatMessageAssistant(content=m.content, tool_calls=[call], metadata=_public(m.meta)))
+            out.append(ChatMessageAssistant(content=m.content_before_call, tool_calls=[call], metadata=_public(m.meta)))
         else:
             out.append(ChatMessageAssistant(content=m.text, metadata=_public(m.meta)))
     return out
@@ -109,7 +135,9 @@ def to_generation(output: ModelOutput) -> Generation:
         tc = message.tool_calls[0]
         text = text + protocol.serialize_object({"name": tc.function, "arguments": tc.arguments})
     tokens = output.usage.output_tokens if output.usage else 0
-    return Generation(text=text, tool_calls=calls, truncated=output.stop_reason == "max_tokens", output_tokens=tokens)
+    if output.stop_reason not in CUT_SHORT:
+        raise ValueError(f"model output has an unknown stop reason {output.stop_reason!r}")
+    return Generation(text=text, tool_calls=calls, truncated=CUT_SHORT[output.stop_reason], output_tokens=tokens)
 
 
 def _public(meta: dict) -> dict | None:

@@ -2,7 +2,15 @@
 
 Every scorer returns one dict-valued score per sample: ``accuracy`` (1/0) plus the
 trajectory's tool and SAAR counters, so one log carries pass@1 with stderr, the
-tool-call failure rate and SAAR events by kind. The judging itself lives in
+tool-call failure rate and SAAR events by kind. The counters are those of
+:mod:`harness.metrics` under the same names, so ``mean()`` of ``tool_failure_rate`` here is
+the report's ``tool_failure_rate`` (the per-sample mean, not the pooled rate).
+
+The value stays a dict rather than the bare 1/0 that Inspect's guide prefers: Inspect
+reduces epochs per key of the value but keeps only the first epoch's metadata, so
+counters moved to metadata would silently describe epoch 1 only. The epoch reducers
+(``mean``, ``pass_at_k``) therefore also reach the counters; read them with ``mean``
+and the accuracy with both. The judging itself lives in
 :mod:`harness.scoring` and :mod:`harness.lcb` (shared with the training reward).
 """
 
@@ -17,6 +25,7 @@ from inspect_ai.solver import TaskState
 from harness import lcb, scoring
 from harness.datasets import Problem
 from harness.evals.solver import TRAJECTORY, current_sandbox
+from harness.metrics import TrajectoryMetrics
 
 METRICS: dict[str, Any] = {
     "accuracy": [mean(), stderr()],
@@ -24,23 +33,15 @@ METRICS: dict[str, Any] = {
     "tool_calls": [mean()],
     "failures_kept": [mean()],
     "saar_*": [mean()],
-    "tokens": [mean()],
+    "tokens_generated": [mean()],
 }
 
 
 def trajectory_values(state: TaskState) -> dict[str, float]:
-    """The per-sample counters every benchmark reports next to its accuracy."""
-    t = state.metadata.get(TRAJECTORY, {})
-    calls, failures = t.get("tool_calls", 0), t.get("tool_failures", 0)
-    return {
-        "tool_failure_rate": failures / calls if calls else 0.0,
-        "tool_calls": float(calls),
-        "failures_kept": float(t.get("failures_kept", 0)),
-        "saar_shallow": float(t.get("saar_shallow", 0)),
-        "saar_deep": float(t.get("saar_deep", 0)),
-        "saar_purified": float(t.get("saar_purified", 0)),
-        "tokens": float(t.get("tokens_generated", 0)),
-    }
+    """The per-sample counters every benchmark reports next to its accuracy (:mod:`harness.metrics` names)."""
+    m = TrajectoryMetrics.from_summary(state.metadata.get(TRAJECTORY, {})).scalars()
+    keep = ("tool_failure_rate", "tool_calls", "failures_kept", "saar_shallow", "saar_deep", "saar_purified")
+    return {**{k: m[k] for k in keep}, "tokens_generated": m["tokens_generated"]}
 
 
 def _score(state: TaskState, correct: bool, answer: str | None, explanation: str = "") -> Score:

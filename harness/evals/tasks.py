@@ -1,8 +1,17 @@
-"""Building blocks of the four benchmark tasks (``tasks/*.py`` are thin wrappers over these)."""
+"""Building blocks of the four benchmark tasks (``tasks/*.py`` are thin wrappers over these).
+
+A task's arguments are its :class:`TaskOptions`: a preset name, the protocol settings
+(:class:`harness.presets.EvalProtocol`; ``None`` means "the preset's, or the default") and
+where it runs (data, sandbox, seed). :func:`benchmark_task` resolves the protocol for the
+task's problem kind and records it, with the preset's name, in the task's metadata (so in
+every eval log).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 from inspect_ai import Epochs, Task
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -12,12 +21,43 @@ from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.datasets import Problem
 from harness.evals.solver import saar_agent
-from harness.rollout import RolloutConfig
-from harness.saar import SaarConfig
-from sandboxes.inspect_provider import CleanerSandboxConfig
+from harness.presets import PROTOCOL_FIELDS, EvalProtocol, resolve
+from harness.problems import Kind
+from harness.saar import Similarity
+from sandboxes.inspect_provider import CleanerSandboxConfig, sandbox_metadata
 
-#: Sampling of the reference evaluation (CLEANER): temperature 1.0, top_p 0.6.
-REFERENCE_SAMPLING = GenerateConfig(temperature=1.0, top_p=0.6)
+SandboxName = Literal["auto", "local", "docker"]
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """The arguments every benchmark task takes (``-T name=value``); None: the preset's value or the default."""
+
+    preset: str | None = None  #: a named protocol of harness.presets (e.g. "cleaner-paper")
+    saar: bool | None = None
+    saar_prob: float | None = None
+    gamma: float | None = None
+    similarity: Similarity | None = None
+    max_retries: int | None = None
+    max_turns: int | None = None
+    max_total_tokens: int | None = None
+    timeout: float | None = None
+    output_chars: int | None = None
+    epochs: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    sandbox: SandboxName = "auto"
+    seed: int = 0  #: the run's seed: per-(sample, epoch) sampling seeds and the SAAR draw derive from it
+
+    def protocol(self, kind: Kind) -> EvalProtocol:
+        given = {k: v for k, v in asdict(self).items() if k in PROTOCOL_FIELDS}
+        return resolve(self.preset, kind, **given)
+
+
+def generate_config(protocol: EvalProtocol) -> GenerateConfig:
+    """The sampling of a protocol (the reference's: temperature 1.0, top_p 0.6); CLI options override it."""
+    return GenerateConfig(temperature=protocol.temperature, top_p=protocol.top_p, max_tokens=protocol.max_tokens)
 
 
 #: Problem fields kept out of sample metadata (and so out of logs): the scorer holds them.
@@ -39,40 +79,39 @@ def sandbox_spec(backend: str) -> SandboxEnvironmentSpec:
     return SandboxEnvironmentSpec("cleaner", CleanerSandboxConfig(backend=backend))  # type: ignore[arg-type]
 
 
-def benchmark_task(
-    problems: Sequence[Problem],
-    scorer: Scorer,
-    *,
-    saar: bool,
-    saar_prob: float,
-    gamma: float,
-    similarity: str,
-    max_retries: int,
-    max_turns: int,
-    max_total_tokens: int | None,
-    timeout: float,
-    output_chars: int,
-    sandbox: str,
-    seed: int,
-    epochs: int,
-    accept_python_fence: bool = True,
-) -> Task:
-    """A benchmark task: the shared rollout solver with the SAAR switch, a scorer, pass@1 over epochs."""
-    config = RolloutConfig(
-        max_turns=max_turns,
-        max_total_tokens=max_total_tokens,
-        timeout=timeout,
-        output_chars=output_chars,
-        accept_python_fence=accept_python_fence,
-        saar=SaarConfig(enabled=saar, prob=saar_prob, gamma=gamma, similarity=similarity, max_retries=max_retries),  # type: ignore[arg-type]
-    )
+def problem_kind(problems: Sequence[Problem]) -> Kind:
+    """The one problem kind of a task's problems."""
+    kinds = sorted({p.kind for p in problems})
+    if len(kinds) != 1:
+        raise ValueError(f"a benchmark task needs problems of one kind, got {kinds or 'no problems'}")
+    return kinds[0]  # type: ignore[return-value]
+
+
+def benchmark_task(problems: Sequence[Problem], scorer: Scorer, options: TaskOptions) -> Task:
+    """A benchmark task: the shared rollout solver with the protocol of ``options``, a scorer, pass@1 over epochs."""
+    kind = problem_kind(problems)
+    protocol = options.protocol(kind)
+    epochs = protocol.epochs
     reducers = ["mean"] if epochs <= 1 else ["mean", f"pass_at_{epochs}"]
+    metadata: dict[str, Any] = {
+        "preset": options.preset,
+        "kind": kind,
+        "protocol": protocol.to_dict(),
+        "seed": options.seed,
+        # the resolved switches, also at the top level (reports read "saar" from here)
+        "saar": protocol.saar,
+        "saar_prob": protocol.saar_prob,
+        "gamma": protocol.gamma,
+        "similarity": protocol.similarity,
+        # where the programs run (backend, isolation), decided now as the sandbox provider will
+        "sandbox": sandbox_metadata(sandbox_spec(options.sandbox).config),
+    }
     return Task(
         dataset=to_samples(problems),
-        solver=saar_agent(config, seed=seed),
+        solver=saar_agent(protocol.rollout_config(kind), run_seed=options.seed),
         scorer=scorer,
-        sandbox=sandbox_spec(sandbox),
-        config=REFERENCE_SAMPLING,
+        sandbox=sandbox_spec(options.sandbox),
+        config=generate_config(protocol),
         epochs=Epochs(epochs, reducers),
-        metadata={"saar": saar, "saar_prob": saar_prob, "gamma": gamma, "similarity": similarity},
+        metadata=metadata,
     )

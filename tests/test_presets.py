@@ -1,0 +1,93 @@
+"""The reference evaluation protocol as one preset, recorded in the logs; the parse mode per problem kind."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from inspect_ai import eval as inspect_eval
+
+from harness.compare import arm_from_log
+from harness.presets import PRESETS, EvalProtocol, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load(task: str, **args):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"task_{task}", ROOT / "tasks" / f"{task}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, task)(data="fixture", sandbox="local", **args)
+
+
+@pytest.mark.parametrize("task", ["aime24", "aime25", "gpqa"])
+def test_paper_preset_runs_math_and_gpqa_with_rollback_on(task: str) -> None:
+    t = _load(task, preset="cleaner-paper")
+    protocol = t.metadata["protocol"]
+    assert t.metadata["preset"] == "cleaner-paper" and t.metadata["saar"] is True
+    assert (protocol["max_retries"], protocol["epochs"], protocol["max_turns"]) == (3, 16, 16)
+    assert (protocol["max_total_tokens"], protocol["max_prompt_tokens"], protocol["output_chars"]) == (20480, 4096, 256)
+    assert (t.config.temperature, t.config.top_p, t.config.max_tokens) == (1.0, 0.6, 20480)
+    assert t.epochs == 16
+
+
+def test_paper_preset_runs_livecodebench_with_rollback_off_and_ten_samples() -> None:
+    t = _load("livecodebench", preset="cleaner-paper")
+    assert t.metadata["saar"] is False and t.epochs == 10 and t.metadata["protocol"]["epochs"] == 10
+
+
+def test_explicit_arguments_override_the_preset_and_defaults_apply_without_one() -> None:
+    t = _load("aime24", preset="cleaner-paper", saar=False, epochs=2)
+    assert t.metadata["saar"] is False and t.epochs == 2 and t.metadata["protocol"]["max_retries"] == 3
+    plain = _load("aime24")
+    assert plain.metadata["preset"] is None and plain.metadata["protocol"] == EvalProtocol().to_dict()
+    assert plain.epochs == 1 and plain.metadata["saar"] is False
+
+
+def test_unknown_preset_and_unknown_setting_are_named() -> None:
+    with pytest.raises(ValueError, match="unknown preset 'paper'.*cleaner-paper"):
+        resolve("paper", "math")
+    with pytest.raises(ValueError, match="not protocol settings: \\['temp'\\]"):
+        resolve(None, "math", temp=1.0)
+    assert set(PRESETS["cleaner-paper"]) == {"math", "gpqa", "code"}
+
+
+def test_the_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None:
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        [log] = inspect_eval(
+            "tasks/aime24.py",
+            model="replay/aime24.yaml",
+            task_args={"preset": "cleaner-paper", "epochs": 1, "data": "fixture", "sandbox": "local"},
+            limit=1,
+            log_dir=str(tmp_path),
+            display="none",
+        )
+    finally:
+        os.chdir(cwd)
+    assert log.status == "success"
+    assert log.eval.metadata["preset"] == "cleaner-paper" and log.eval.metadata["protocol"]["max_retries"] == 3
+    assert arm_from_log(log).arm == "on"  # no saar argument: the preset turned rollback on
+
+
+async def test_code_problems_never_run_the_final_python_block(local_sandbox) -> None:
+    """The parse mode comes from the problem kind, wherever the rollout config is built."""
+    from harness.messages import Generation, user
+    from harness.problems import rollout_config
+    from harness.rollout import rollout
+
+    answer = "Here is my solution.\n```python\nprint(input())\n```"
+
+    async def generate(messages, *, seed=None):
+        return Generation(answer, output_tokens=9)
+
+    code = await rollout([user("q")], generate, local_sandbox, rollout_config("code"))
+    assert code.tool_calls == 0 and code.stop_reason == "answer"
+    math = await rollout([user("q")], generate, local_sandbox, rollout_config("math", max_turns=1))
+    assert math.tool_calls == 1  # for math, a bare python block is a (small model's) tool call
+    with pytest.raises(ValueError, match="follows the problem kind"):
+        rollout_config("code", accept_python_fence=True)
