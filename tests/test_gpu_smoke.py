@@ -14,8 +14,9 @@ import sys
 
 import pytest
 from ablation_logs import make_log, trajectory
+from needs import import_or_skip
 
-pytest.importorskip("openrlhf")
+import_or_skip("openrlhf")
 
 from trainers import gpu_smoke  # noqa: E402
 from trainers.launcher import RecipeError, openrlhf_checks  # noqa: E402
