@@ -13,20 +13,27 @@ true), ``tools`` (``always``, default: the tool description is part of the promp
 whether or not Inspect passes tools, as in training; ``auto``: only when it does) and
 ``threads`` (torch's intra-op threads for this process, default 1: on a CPU shared with
 sandboxes or other jobs, more threads spin against each other and generation gets many
-times slower; ``-M threads=2`` or more pays off only on an otherwise idle machine).
+times slower; ``-M threads=2`` or more pays off only on an otherwise idle machine),
+``max_batch`` (default 8: requests generated together, and the provider's
+``max_connections``, so Inspect sends that many samples' turns at once) and
+``batch_window`` (default 0.05 s: how long a batch's first request waits for others).
 
-Each model is loaded once per process and shared by every instance of the provider;
-generation holds a lock, since one CPU model generates one sequence at a time.
+Each model is loaded once per process and shared by every instance of the provider.
+Concurrent requests are generated together by :class:`harness.generation.Batcher`, each
+row with its own sampler seeded from its request's ``seed`` (``GenerateConfig.seed``), so a
+seeded request's tokens do not depend on the order of arrival. In bfloat16 (the default)
+a padded batch computes attention with slightly different rounding than a lone row, so
+a row's tokens can differ from the same request generated alone after a near-tie;
+``-M dtype=float32`` (slower) or ``-M max_batch=1`` makes every seeded request exactly
+reproducible whatever ran beside it.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from inspect_ai.model import (
     ChatMessage,
     GenerateConfig,
@@ -39,22 +46,39 @@ from inspect_ai.tool import ToolChoice, ToolInfo
 
 from harness import chat
 from harness.evals.convert import from_inspect
+from harness.generation import Batcher, Request, Result, Sampling
 from harness.protocol import CALL_CLOSE
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_MAX_TOKENS = 512
+#: concurrent requests generated together (Inspect's max_connections for this provider)
+DEFAULT_MAX_BATCH = 8
+#: how long the first request of a batch waits for others to join it
+DEFAULT_WINDOW_S = 0.05
 _NO_CONFIG = GenerateConfig()
 
 
 @dataclass
 class LoadedModel:
-    """A model, its tokenizer and the lock that serializes generation with it."""
+    """A model, its tokenizer, the lock held while it generates and its request batcher."""
 
     model: PreTrainedModel
     tokenizer: PreTrainedTokenizerBase
     lock: threading.Lock
+    _batcher: Batcher | None = None
+
+    def batcher(self, max_batch: int = DEFAULT_MAX_BATCH, window_s: float = DEFAULT_WINDOW_S) -> Batcher:
+        """The one :class:`~harness.generation.Batcher` of this model, with the limits of the latest caller."""
+        with _models_lock:
+            if self._batcher is None:
+                self._batcher = Batcher(
+                    self.model, self.tokenizer, max_batch=max_batch, window_s=window_s, lock=self.lock
+                )
+            else:
+                self._batcher.max_batch, self._batcher.window_s = max_batch, window_s
+            return self._batcher
 
 
 _models: dict[tuple[str, str, str], LoadedModel] = {}
@@ -80,11 +104,48 @@ def shared_model(spec: str | None, *, dtype: str = "bfloat16", device: str = "cp
 
 @dataclass(frozen=True)
 class Completion:
+    """One generated turn as text, with its token counts and the batch it was generated in."""
+
     text: str
     input_tokens: int
     output_tokens: int
     hit_limit: bool
     seconds: float
+    batch_size: int = 1
+
+
+def request(
+    loaded: LoadedModel,
+    prompt: str,
+    *,
+    max_tokens: int,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    seed: int | None = None,
+    stop_seqs: list[str] | None = None,
+) -> Request:
+    """The generation request for one turn after ``prompt``: the turn ends at a complete tool call, at the end
+    of the turn or at a caller's stop sequence."""
+    tokenizer = loaded.tokenizer
+    stops = chat.stop_strings(tokenizer) + [s for s in stop_seqs or [] if s]
+    sampling = Sampling(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k or None,
+        seed=seed,
+        stop_token_ids=tuple(chat.stop_token_ids(tokenizer)),
+        stop_strings=tuple(dict.fromkeys(stops)),
+    )
+    return Request(tokenizer(prompt, add_special_tokens=False)["input_ids"], sampling)
+
+
+def to_completion(loaded: LoadedModel, result: Result, stop_seqs: list[str] | None = None) -> Completion:
+    """The text of a generated turn: through ``</tool_call>``, or before the end of turn or a stop sequence."""
+    text = _cut(loaded.tokenizer.decode(result.token_ids, skip_special_tokens=True), stop_seqs or [])
+    hit_limit = result.hit_limit and not text.endswith(CALL_CLOSE)
+    return Completion(text, result.prompt_tokens, len(result.token_ids), hit_limit, result.seconds, result.batch_size)
 
 
 def complete(
@@ -97,40 +158,16 @@ def complete(
     seed: int | None = None,
     stop_seqs: list[str] | None = None,
 ) -> Completion:
-    """Generate one turn after ``prompt`` (blocking; holds the model's lock).
+    """Generate one turn after ``prompt`` (blocking; batched with concurrent requests).
 
-    Temperature 0 or None is greedy decoding. The text ends after ``</tool_call>`` (kept)
-    or before the end of turn or a stop sequence of ``stop_seqs`` (not kept).
+    Temperature 0 or None is greedy decoding; ``seed`` seeds this request's own sampler.
+    The text ends after ``</tool_call>`` (kept) or before the end of turn or a stop
+    sequence of ``stop_seqs`` (not kept).
     """
-    import torch
-
-    model, tokenizer = loaded.model, loaded.tokenizer
-    stops = chat.stop_strings(tokenizer) + [s for s in stop_seqs or [] if s]
-    enc = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
-    input_ids = enc["input_ids"].to(model.device)
-    kwargs: dict[str, Any] = {
-        "max_new_tokens": max_tokens,
-        "stop_strings": stops,
-        "tokenizer": tokenizer,
-        "eos_token_id": chat.stop_token_ids(tokenizer),
-        "pad_token_id": tokenizer.pad_token_id,
-    }
-    if temperature:
-        kwargs.update(do_sample=True, temperature=temperature, top_p=top_p if top_p is not None else 1.0, top_k=0)
-    else:
-        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    with loaded.lock:
-        start = time.monotonic()
-        if seed is not None:
-            torch.manual_seed(seed)
-        with torch.inference_mode():
-            out = model.generate(input_ids=input_ids, attention_mask=enc["attention_mask"].to(model.device), **kwargs)
-        seconds = time.monotonic() - start
-    new = out[0, input_ids.shape[1] :].tolist()
-    text = _cut(tokenizer.decode(new, skip_special_tokens=True), stop_seqs or [])
-    stopped = bool(new) and new[-1] in set(chat.stop_token_ids(tokenizer))
-    hit_limit = len(new) >= max_tokens and not stopped and not text.endswith(CALL_CLOSE)
-    return Completion(text, int(input_ids.shape[1]), len(new), hit_limit, seconds)
+    req = request(
+        loaded, prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed, stop_seqs=stop_seqs
+    )
+    return to_completion(loaded, loaded.batcher().generate_many([req])[0], stop_seqs)
 
 
 def _cut(text: str, stop_seqs: list[str]) -> str:
@@ -158,7 +195,7 @@ class EmbeddedAPI(ModelAPI):
         **model_args: Any,
     ) -> None:
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key, config=config)
-        known = {"dtype", "device", "cache", "tools", "threads"}
+        known = {"dtype", "device", "cache", "tools", "threads", "max_batch", "batch_window"}
         unknown = sorted(set(model_args) - known)
         if unknown:
             raise ValueError(f"embedded provider: unknown model args {unknown}; known: {sorted(known)}")
@@ -168,6 +205,12 @@ class EmbeddedAPI(ModelAPI):
         threads = int(model_args.get("threads", 1))
         if threads < 1:
             raise ValueError(f"embedded model arg threads={threads} must be >= 1")
+        self.max_batch = int(model_args.get("max_batch", DEFAULT_MAX_BATCH))
+        if self.max_batch < 1:
+            raise ValueError(f"embedded model arg max_batch={self.max_batch} must be >= 1")
+        self.batch_window = float(model_args.get("batch_window", DEFAULT_WINDOW_S))
+        if self.batch_window < 0:
+            raise ValueError(f"embedded model arg batch_window={self.batch_window} must be >= 0 seconds")
         import torch
 
         torch.set_num_threads(threads)
@@ -188,17 +231,18 @@ class EmbeddedAPI(ModelAPI):
         messages = from_inspect(input)
         prompt = chat.render(self.loaded.tokenizer, messages, tools=self.tools_mode == "always" or bool(tools))
         max_tokens = config.max_tokens or DEFAULT_MAX_TOKENS
-        result = await anyio.to_thread.run_sync(
-            lambda: complete(
-                self.loaded,
-                prompt,
-                max_tokens=max_tokens,
-                temperature=config.temperature,
-                top_p=config.top_p,
-                seed=config.seed,
-                stop_seqs=config.stop_seqs,
-            )
+        req = request(
+            self.loaded,
+            prompt,
+            max_tokens=max_tokens,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            seed=config.seed,
+            stop_seqs=config.stop_seqs,
         )
+        batcher = self.loaded.batcher(self.max_batch, self.batch_window)
+        result = to_completion(self.loaded, await batcher.generate(req), config.stop_seqs)
         output = ModelOutput.from_content(
             model=self.model_name, content=result.text, stop_reason="max_tokens" if result.hit_limit else "stop"
         )
@@ -214,9 +258,10 @@ class EmbeddedAPI(ModelAPI):
                 "max_tokens": max_tokens,
                 "temperature": config.temperature,
                 "top_p": config.top_p,
+                "top_k": config.top_k,
                 "seed": config.seed,
             },
-            response={"text": result.text, "output_tokens": result.output_tokens},
+            response={"text": result.text, "output_tokens": result.output_tokens, "batch_size": result.batch_size},
             time=result.seconds,
         )
         return output, call
@@ -225,7 +270,7 @@ class EmbeddedAPI(ModelAPI):
         return DEFAULT_MAX_TOKENS
 
     def max_connections(self) -> int:
-        return 1
+        return self.max_batch
 
 
 def _as_bool(value: Any, name: str) -> bool:
