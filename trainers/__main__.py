@@ -6,7 +6,11 @@
   present, launch the default GPU recipe; elsewhere run the CPU embedded trainer;
 * ``prepare-data [--source S] --out F``: Open-AgentRL-30K (hub id or local path) as
   OpenRLHF prompt JSONL;
-* ``plot <metrics.jsonl>``: redraw a run's plot.
+* ``plot <metrics.jsonl>``: redraw a run's plot;
+* ``warmup [--steps N ...]``: the cold-start tool-use SFT that builds ``embedded/smollm2-tools``
+  (:mod:`trainers.warmup`);
+* ``ablation [--seeds 0 1 --steps N --run NAME]``: the CPU trainer with SAAR on and off from
+  the same warm start, with a report and plots (:mod:`trainers.ablation`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=None)
     p = sub.add_parser("plot", help="draw metrics.jsonl as a PNG next to it")
     p.add_argument("metrics")
+    p = sub.add_parser("warmup", help="cold-start tool-use SFT of the embedded model (builds embedded/smollm2-tools)")
+    from trainers.warmup import add_arguments
+
+    add_arguments(p)
+    p = sub.add_parser(
+        "warmup-measure", add_help=False, help="the warm model on held-out problems and fixtures (see --help)"
+    )
+    p = sub.add_parser("ablation", help="train with SAAR on and off from the same warm start; write a report")
+    from trainers import ablation
+
+    ablation.add_arguments(p)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["warmup-measure"]:  # its own parser (and --help)
+        from trainers.warmup_measure import main as measure_main
+
+        return measure_main(argv[1:])
     args = parser.parse_args(argv)
 
     try:
@@ -80,6 +100,14 @@ def main(argv: list[str] | None = None) -> int:
 
             items = load_open_agentrl(args.source, limit=args.limit)
             print(f"{export_openrlhf(items, args.out)}: {len(items)} prompts")
+            return 0
+        if args.cmd == "warmup":
+            from trainers.warmup import config_from_args, train
+
+            train(config_from_args(args))
+            return 0
+        if args.cmd == "ablation":
+            print(ablation.run_ablation(ablation.config_from_args(args)))
             return 0
         if args.cmd == "plot":
             from trainers.plot import plot_metrics
