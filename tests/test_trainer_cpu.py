@@ -1,15 +1,19 @@
-"""The CPU embedded trainer: an interrupted run resumes from its checkpoint's step (slow: loads SmolLM2)."""
+"""The CPU embedded trainer: config, shared-prompt log-probs, a run that learns, resuming, the ablation report."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from needs import import_or_skip
 
-pytest.importorskip("trl")
-pytest.importorskip("peft")
+import_or_skip("trl")
+import_or_skip("peft")
 
-from trainers.cpu_trainer import CpuConfig, train_cpu  # noqa: E402
+from harness.rollout import Trajectory  # noqa: E402
+from harness.saar import SaarEvent  # noqa: E402
+from trainers.ablation import AblationConfig, run_name, summarize, write_report  # noqa: E402
+from trainers.cpu_trainer import CpuConfig, first_attempts, shared_prompt_logps, train_cpu  # noqa: E402
 from trainers.launcher import load_recipe  # noqa: E402
 
 TINY = """
@@ -21,15 +25,105 @@ executor:
   max_turns: 1
   timeout: 5.0
   sandbox: local
-cpu: {steps: 2, prompts_per_step: 1, num_generations: 2, max_new_tokens: 8, max_total_tokens: 300, save_steps: 1}
+cpu: {steps: 2, prompts_per_step: 1, num_generations: 2, max_new_tokens: 8, max_total_tokens: 400, save_steps: 1}
+"""
+
+# The warm model on the generated problems, small enough for a test: 2 problems x 4 rollouts, 2 steps. The warm
+# model solves these problems sometimes, not always (4 of 8 samples on the first 4 at temperature 0.9), and some
+# of its calls fail on their own, so group rewards differ and the GRPO loss is not zero.
+LEARNS = """
+name: learns
+model: smollm2-tools
+data: {source: trainers/data/tools-rl.jsonl, limit: 8}
+executor:
+  saar: {enabled: true, prob: 1.0, max_retries: 1}
+  max_turns: 2
+  timeout: 5.0
+  sandbox: local
+cpu: {steps: 2, prompts_per_step: 2, num_generations: 4, max_new_tokens: 64, max_total_tokens: 640,
+      learning_rate: 1.0e-4, save_steps: 0, temperature: 1.0, top_p: 1.0}
 """
 
 
-def test_cpu_config_rejects_bad_values():
+def test_cpu_config_rejects_bad_values_naming_the_file_and_key():
     with pytest.raises(ValueError, match="unknown keys"):
         CpuConfig.from_dict({"stepz": 1}, "r.yaml")
-    with pytest.raises(ValueError, match="num_generations"):
+    with pytest.raises(ValueError, match=r"r\.yaml: cpu\.num_generations must be >= 2"):
         CpuConfig.from_dict({"num_generations": 1}, "r.yaml")
+    with pytest.raises(ValueError, match=r"cpu\.top_p must be in \[0\.01, 1\.0\]"):
+        CpuConfig.from_dict({"top_p": 1.5}, "r.yaml")
+    with pytest.raises(ValueError, match=r"cpu\.steps must be int, got '3'"):
+        CpuConfig.from_dict({"steps": "3"}, "r.yaml")
+    assert CpuConfig.from_dict({"learning_rate": 1}, "r.yaml").learning_rate == 1.0
+    assert all(line.split(": ", 1)[1] for line in CpuConfig.help().splitlines())  # every option has help text
+
+
+def _traj(calls: int, failures: int, events: list[SaarEvent]) -> Trajectory:
+    return Trajectory(
+        messages=[], saar_on=True, events=events, stop_reason="answer", assistant_turns=2, tool_calls=calls,
+        tool_failures=failures, failures_kept=0, error_kinds={}, tokens_generated=0, tokens_kept=0,
+    )  # fmt: skip
+
+
+def test_first_attempts_leave_out_saar_regenerations():
+    # turn 0 failed, its regeneration (deep) failed too, the second regeneration (shallow) ran; turn 1 ran
+    events = [SaarEvent(0, 1, "deep", "NameError", 0.2, ok=False), SaarEvent(0, 2, "shallow", "TypeError", 0.8, True)]
+    assert first_attempts(_traj(calls=4, failures=2, events=events)) == (2, 1)
+    # SAAR off: every call is a first attempt
+    assert first_attempts(_traj(calls=3, failures=2, events=[])) == (3, 2)
+    # an exhausted turn records no extra execution
+    events = [SaarEvent(0, 1, "deep", "SyntaxError", None, False), SaarEvent(0, 2, "exhausted", "SyntaxError")]
+    assert first_attempts(_traj(calls=2, failures=2, events=events)) == (1, 1)
+
+
+@pytest.mark.slow
+def test_shared_prompt_logps_equal_a_full_forward_pass_of_each_row():
+    import torch
+
+    from harness.models import load_model
+
+    model, tok = load_model(None, dtype=torch.float32)
+    prompts = [[1, 5, 9, 200, 300, 400, 17], [1, 5, 9, 200, 301, 402, 403, 18, 19]]
+    completions = [[20, 21, 22], [23, 24], [25, 26, 27, 28], [29]]
+    owner = [0, 0, 1, 1]
+    width, keep = max(map(len, prompts)), max(map(len, completions))
+    ids = torch.full((4, width + keep), tok.pad_token_id)
+    mask = torch.zeros((4, width + keep), dtype=torch.long)
+    for row, (o, c) in enumerate(zip(owner, completions, strict=True)):  # TRL's layout: left pad, then right pad
+        p = prompts[o]
+        ids[row, width - len(p) : width], mask[row, width - len(p) : width] = torch.tensor(p), 1
+        ids[row, width : width + len(c)], mask[row, width : width + len(c)] = torch.tensor(c), 1
+    logps, entropies = shared_prompt_logps(model, ids, mask, keep, 0.9, True)
+    assert logps.requires_grad and entropies.shape == (4, keep)
+    for row, (o, c) in enumerate(zip(owner, completions, strict=True)):
+        with torch.no_grad():
+            logits = model(torch.tensor([prompts[o] + c])).logits[0].float() / 0.9
+        ref = torch.log_softmax(logits, -1)[len(prompts[o]) - 1 : -1].gather(-1, torch.tensor(c)[:, None])[:, 0]
+        assert torch.allclose(logps[row, : len(c)], ref, atol=1e-3), row
+
+
+@pytest.mark.slow
+def test_training_from_the_warm_model_moves_reward_spread_loss_and_weights(tmp_path):
+    recipe_path = tmp_path / "learns.yaml"
+    recipe_path.write_text(LEARNS)
+    run = train_cpu(load_recipe(recipe_path), out_root=tmp_path, progress=False)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert min(r["frac_reward_zero_std"] for r in rows) < 1.0  # some group's rewards differ
+    assert max(r["reward_std"] for r in rows) > 0.0
+    assert any(abs(r["loss"]) > 0.0 for r in rows)  # so the policy gets a gradient
+    assert any(r["grad_norm"] > 0.0 for r in rows)
+    assert sum(r["tool_calls"] for r in rows) > 0  # the warm model calls the tool
+    for r in rows:
+        assert {
+            "reward",
+            "accuracy",
+            "tool_failure_rate",
+            "first_call_failure_rate",
+            "saar_shallow",
+            "saar_deep",
+        } <= set(r)
+        assert r["gen_batches"] < r["gen_rows"]  # the step's turns were generated together, not one by one
 
 
 @pytest.mark.slow
@@ -44,15 +138,38 @@ def test_interrupted_run_resumes_from_checkpoint_step(tmp_path):
     train_cpu(recipe, out_root=tmp_path, resume=True, progress=False)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]  # continued at step 2, not from 1
-    for r in rows:
-        assert {
-            "reward",
-            "accuracy",
-            "tool_failure_rate",
-            "saar_shallow",
-            "saar_deep",
-            "tokens_generated",
-            "step_s",
-        } <= set(r)
     assert (run / "checkpoints" / "checkpoint-2").is_dir()
     assert (run / "metrics.png").stat().st_size > 0
+
+
+def _write_run(root, arm: str, seed: int, fail: list[float], acc: list[float]) -> None:
+    run = root / "runs" / run_name(arm, seed)
+    run.mkdir(parents=True)
+    lines = [
+        {"step": i + 1, "first_call_failure_rate": f, "tool_failure_rate_pooled": f, "accuracy": a, "reward": 2 * a - 1}
+        for i, (f, a) in enumerate(zip(fail, acc, strict=True))
+    ]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_ablation_report_pairs_the_arms_by_seed(tmp_path):
+    cfg = AblationConfig(recipe="cpu-smoke", seeds=(0, 1), steps=4, run="r", out=str(tmp_path), eval_problems=0)
+    _write_run(cfg.run_dir, "off", 0, [0.5, 0.5, 0.4, 0.4], [0.1, 0.1, 0.2, 0.2])
+    _write_run(cfg.run_dir, "on", 0, [0.5, 0.4, 0.2, 0.2], [0.1, 0.2, 0.3, 0.3])
+    _write_run(cfg.run_dir, "off", 1, [0.3, 0.3, 0.3, 0.3], [0.2, 0.2, 0.2, 0.2])
+    _write_run(cfg.run_dir, "on", 1, [0.3, 0.3, 0.4, 0.4], [0.2, 0.2, 0.1, 0.1])
+    summary = summarize(cfg)
+    diffs = summary["paired"]["first_call_failure_rate"]["on_minus_off_second_half"]
+    assert diffs == pytest.approx([-0.2, 0.1])  # steps 3-4: on - off, per seed
+    assert summary["arms"]["on"]["accuracy"]["second_half"] == pytest.approx(0.2)
+    report = write_report(cfg, load_recipe("cpu-smoke"), elapsed_s=60.0).read_text()
+    assert "lower with SAAR in 1 of 2 seeds, higher in 1" in report
+    assert "| -0.050 (-0.200, 0.100) |" in report
+    assert (cfg.run_dir / "ablation.png").stat().st_size > 0
+
+
+def test_ablation_rejects_bad_options():
+    with pytest.raises(ValueError, match="seeds"):
+        AblationConfig(seeds=())
+    with pytest.raises(ValueError, match=r"ablation\.steps must be >= 1"):
+        AblationConfig(steps=0)

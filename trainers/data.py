@@ -20,6 +20,12 @@ the label carries everything the agent executor needs to score a trajectory.
 :func:`bignum_items` is the small set written for the CPU trainer and the tests:
 arithmetic on big numbers, which a 135M model gets wrong by hand and can get right
 by calling the python tool (``trainers/data/bignum.jsonl`` holds it).
+
+:func:`generated_items` turns problems of the project's generators
+(:mod:`harness.generators`: big numbers, modular arithmetic, counting, AIME-style
+computations, stdin programs) into training items. The RL set the CPU recipes train on,
+``trainers/data/tools-rl.jsonl``, is drawn with :data:`RL_SEED`, a seed that neither the
+warm model's SFT (seeds from 0) nor its held-out measurement (seeds from 1000) uses.
 """
 
 from __future__ import annotations
@@ -30,15 +36,18 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from harness import prompts
 from harness.messages import Message
+from harness.problems import KINDS, Kind
 
-Kind = Literal["math", "gpqa", "code"]
 HUB_ID = "Gen-Verse/Open-AgentRL-30K"
 DATA_DIR = Path(__file__).parent / "data"
 BIGNUM_PATH = DATA_DIR / "bignum.jsonl"
+RL_PATH = DATA_DIR / "tools-rl.jsonl"
+RL_SEED = 2000  #: seed of the CPU RL set (the warm SFT draws from 0, its held-out measurement from 1000)
+RL_SIZE = 64
 
 
 class DataError(ValueError):
@@ -58,7 +67,7 @@ class TrainItem:
     source: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("math", "gpqa", "code"):
+        if self.kind not in KINDS:
             raise DataError(f"item {self.id!r}: kind must be math, gpqa or code, got {self.kind!r}")
         if self.kind == "code" and not self.tests:
             raise DataError(f"item {self.id!r}: a code item needs at least one test")
@@ -266,4 +275,32 @@ def write_bignum(path: str | Path = BIGNUM_PATH, n: int = 48, seed: int = 1234) 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(item.label() + "\n" for item in bignum_items(n, seed)), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- generated problems
+
+
+def generated_items(n: int = RL_SIZE, seed: int = RL_SEED, prefix: str = "rl") -> list[TrainItem]:
+    """``n`` problems of :func:`harness.generators.generate` (every kind, equal weights) as training items.
+
+    Math kinds keep their integer answer as the target (strict boxed reward); stdin
+    programs become code items graded by their tests (reward: the fraction passed).
+    """
+    from harness.generators import generate  # noqa: PLC0415
+
+    items = []
+    for p in generate(n, seed=seed, prefix=prefix):
+        if p.is_code:
+            items.append(TrainItem(p.id, p.prompt(), "", "code", [dict(t) for t in p.tests], source=f"gen-{p.kind}"))
+        else:
+            items.append(TrainItem(p.id, p.prompt(), p.answer, "math", source=f"gen-{p.kind}"))
+    return items
+
+
+def write_generated(path: str | Path = RL_PATH, n: int = RL_SIZE, seed: int = RL_SEED) -> Path:
+    """Write :func:`generated_items` as JSONL (``trainers/data/tools-rl.jsonl`` with the defaults)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(item.label() + "\n" for item in generated_items(n, seed)), encoding="utf-8")
     return path
