@@ -25,12 +25,14 @@ decoded new text (the tokens through the one that completed it are kept), or at
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import queue
 import random
 import threading
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-FinishReason = Literal["stop_token", "stop_string", "length"]
+FinishReason = Literal["stop_token", "stop_string", "length", "cancelled"]
 
 #: a common prompt prefix at least this long is prefilled once per batch
 MIN_SHARED_PREFIX = 16
@@ -135,8 +137,13 @@ def generate_batch(
     tokenizer: PreTrainedTokenizerBase | None = None,
     pad_token_id: int | None = None,
     min_shared: int = MIN_SHARED_PREFIX,
+    cancelled: Callable[[int], bool] | None = None,
 ) -> list[Result]:
     """Generate every request in one batch (blocking); results are in the order of ``requests``.
+
+    ``cancelled(i)``, asked after every decoding step, says that nobody waits for request ``i``
+    any more (its sample hit a time limit): its row leaves the batch with ``finish_reason``
+    ``"cancelled"`` and the tokens it had, so an abandoned row does not hold the batch up.
 
     ``tokenizer`` is needed when a request has stop strings (and supplies the pad id). When
     the prompts share a prefix of at least ``min_shared`` tokens (a system prompt, a GRPO
@@ -183,6 +190,8 @@ def generate_batch(
                 row.tokens.append(token)
                 row.logprobs.append(logprob)
                 _check_stop(row, tokenizer)
+                if row.finish is None and cancelled is not None and cancelled(i):
+                    row.finish = "cancelled"
                 if row.finish is None:
                     still.append(slot)
                     next_ids.append(token)
@@ -335,6 +344,7 @@ def _select_rows(cache: Any, keep: torch.Tensor) -> None:
 class _Pending:
     request: Request
     future: concurrent.futures.Future[Result]
+    abandoned: bool = False  #: the asyncio caller was cancelled while the row was running
 
 
 class Batcher:
@@ -343,8 +353,10 @@ class Batcher:
     The first request of a batch opens a window of ``window_s`` seconds; every request
     submitted within it (up to ``max_batch``) joins the batch. One batch runs at a time,
     and requests that arrive meanwhile form the next one. Thread-safe and usable from any
-    number of event loops. ``close()`` stops the worker (also at interpreter exit, as the
-    thread is a daemon).
+    number of event loops. A caller cancelled while its row runs (a sample's time limit)
+    takes the row out of the running batch at the next token. ``close()`` stops the worker
+    after the batch in hand; every open batcher is closed at interpreter exit, so that no
+    torch work is still running in the thread when the interpreter tears down (which aborts).
     """
 
     def __init__(
@@ -370,18 +382,27 @@ class Batcher:
         self._closed = False
         self._thread = threading.Thread(target=self._work, name="cleaner-batcher", daemon=True)
         self._thread.start()
+        _open_batchers.add(self)
 
     def submit(self, request: Request) -> concurrent.futures.Future[Result]:
         """Queue one request; the future resolves to its :class:`Result`."""
+        return self._submit(request).future
+
+    def _submit(self, request: Request) -> _Pending:
         if self._closed:
             raise RuntimeError("Batcher is closed")
-        future: concurrent.futures.Future[Result] = concurrent.futures.Future()
-        self._queue.put(_Pending(request, future))
-        return future
+        pending = _Pending(request, concurrent.futures.Future())
+        self._queue.put(pending)
+        return pending
 
     async def generate(self, request: Request) -> Result:
         """Generate one request, batched with whatever else arrives within the window."""
-        return await asyncio.wrap_future(self.submit(request))
+        pending = self._submit(request)
+        try:
+            return await asyncio.wrap_future(pending.future)
+        except asyncio.CancelledError:
+            pending.abandoned = True  # a queued row is dropped; a running one leaves its batch
+            raise
 
     def generate_many(self, requests: Sequence[Request]) -> list[Result]:
         """Generate several requests (blocking; batched by ``max_batch``), in order."""
@@ -417,12 +438,17 @@ class Batcher:
                 return
 
     def _run(self, batch: list[_Pending]) -> None:
-        live = [p for p in batch if p.future.set_running_or_notify_cancel()]
+        live = [p for p in batch if not p.abandoned and p.future.set_running_or_notify_cancel()]
         if not live:
             return
         try:
             with self.lock:
-                results = generate_batch(self.model, [p.request for p in live], tokenizer=self.tokenizer)
+                results = generate_batch(
+                    self.model,
+                    [p.request for p in live],
+                    tokenizer=self.tokenizer,
+                    cancelled=lambda i: live[i].abandoned,
+                )
         except BaseException as exc:  # every waiter hears of the failure
             for p in live:
                 p.future.set_exception(exc)
@@ -433,3 +459,12 @@ class Batcher:
         self.rows += len(live)
         for p, result in zip(live, results, strict=True):
             p.future.set_result(result)
+
+
+_open_batchers: weakref.WeakSet[Batcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_batchers() -> None:
+    for batcher in list(_open_batchers):
+        batcher.close()

@@ -175,6 +175,38 @@ async def test_batcher_collects_concurrent_requests_into_one_batch(f32: tuple[An
         batcher.submit(requests[0])
 
 
+@pytest.mark.slow
+async def test_a_cancelled_caller_leaves_the_running_batch(f32: tuple[Any, Any]) -> None:
+    """A sample's time limit cancels its generate call: its row must stop, not run to max_tokens."""
+    model, tok = f32
+    rows: list[int] = []
+    batcher = Batcher(model, tok, max_batch=2, window_s=0.2)
+    real = generate_batch
+
+    def spy(model: Any, requests: Any, **kw: Any) -> Any:
+        results = real(model, requests, **kw)
+        rows.extend(len(r.token_ids) for r in results)
+        return results
+
+    import harness.generation as generation
+
+    generation.generate_batch, saved = spy, generation.generate_batch
+    try:
+        long = Request(_ids(tok, PROMPTS[1]), Sampling(400, temperature=1.0, seed=1))
+        short = Request(_ids(tok, PROMPTS[0]), Sampling(8, temperature=1.0, seed=2))
+        doomed = asyncio.ensure_future(batcher.generate(long))
+        kept = asyncio.ensure_future(batcher.generate(short))
+        await asyncio.sleep(2.0)  # both rows are in the running batch (a batch's results come at its end)
+        doomed.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        assert (await kept).token_ids
+        await asyncio.to_thread(batcher.close)  # returns once the batch in hand is done
+    finally:
+        generation.generate_batch = saved
+    assert rows and max(rows) < 400, f"the cancelled row ran on to {max(rows)} tokens"
+
+
 def test_bad_sampling_is_named() -> None:
     with pytest.raises(ValueError, match="top_p"):
         Sampling(8, top_p=0)
