@@ -108,13 +108,6 @@ def run_name(arm: str, seed: int) -> str:
     return f"saar-{arm}-seed{seed}"
 
 
-def _finished(run_dir: Path, steps: int, want_eval: bool) -> bool:
-    metrics = run_dir / "metrics.jsonl"
-    if not metrics.is_file() or len(read_metrics(metrics)) < steps:
-        return False
-    return not want_eval or (run_dir / "eval.json").is_file()
-
-
 def run_ablation(cfg: AblationConfig, *, progress: bool = True) -> Path:
     """Train every (seed, arm) run not finished yet, then write the report; return the report's path.
 
@@ -309,7 +302,7 @@ def write_report(cfg: AblationConfig, recipe: Recipe, elapsed_s: float | None) -
     data = _collect(cfg)
     summary = summarize(cfg)
     summary["config"] = asdict(cfg)
-    summary["recipe"] = {"path": str(recipe.path), "model": recipe.model, "cpu": recipe.cpu, "data": recipe.data}
+    summary["recipe"] = {"path": recipe.shown_path, "model": recipe.model, "cpu": recipe.cpu, "data": recipe.data}
     summary["recipe"]["saar"] = recipe.executor.saar
     models = sorted({str(ev.get("model")) for s in cfg.seeds for arm in ARMS if (ev := _eval(cfg, arm, s))})
     if elapsed_s is not None:
@@ -327,7 +320,7 @@ def write_report(cfg: AblationConfig, recipe: Recipe, elapsed_s: float | None) -
         "",
         f"Command: `{command}`",
         "",
-        f"Model `{recipe.model or 'smollm2'}` (warm start, the same in both arms), recipe `{recipe.path}`, "
+        f"Model `{recipe.model or 'smollm2'}` (warm start, the same in both arms), recipe `{recipe.shown_path}`, "
         f"seeds {seeds}, {cfg.steps} steps per run; seeds with both arms finished: {summary['seeds_complete']}. "
         f"Per step: {recipe.cpu.get('prompts_per_step')} problems x {recipe.cpu.get('num_generations')} rollouts, "
         f"at most {recipe.cpu.get('max_new_tokens')} tokens per turn, {recipe.executor.max_turns} turns; "

@@ -326,7 +326,7 @@ class CpuTrainer:
         self.sampler = PolicySampler(self.policy, self.tokenizer, self.cfg, max_batch=self.batch_size)
         self.backend = get_backend(self.recipe.executor.sandbox or "local")
         self.loop = asyncio.new_event_loop()
-        info = {"recipe": str(self.recipe.path), "model": self.recipe.model, "cpu": asdict(self.cfg)}
+        info = {"recipe": self.recipe.shown_path, "model": self.recipe.model, "cpu": asdict(self.cfg)}
         (self.run_dir / "recipe.json").write_text(json.dumps(info, indent=2))
 
     @property

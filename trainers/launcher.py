@@ -179,6 +179,15 @@ class Recipe:
     ray: dict[str, Any] = field(default_factory=dict)
     cpu: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def shown_path(self) -> str:
+        """The recipe's path as written into results: relative to the project when inside it, so reports
+        name no machine's directories."""
+        try:
+            return self.path.resolve().relative_to(PROJECT_ROOT.resolve()).as_posix()
+        except ValueError:
+            return self.path.name
+
     def train_args(self) -> list[str]:
         """The ``python -m openrlhf.cli.train_ppo_ray`` argv (without the interpreter)."""
         where = str(self.path)
