@@ -140,3 +140,13 @@ def aggregate(samples: Sequence[TrajectoryMetrics]) -> dict[str, float]:
     for kind, count in sorted(kinds.items()):
         out[f"errors.{kind}"] = float(count)
     return out
+
+
+def first_attempts(traj: Trajectory) -> tuple[int, int]:
+    """(calls, failures) of the policy's own first attempt at each turn, SAAR's regenerations left out.
+
+    Every SAAR regeneration that ran a call is a shallow or deep event; the remaining
+    executed calls are first attempts. With SAAR off this is every call.
+    """
+    regenerated = [e for e in traj.events if e.action in ("shallow", "deep")]
+    return traj.tool_calls - len(regenerated), traj.tool_failures - sum(1 for e in regenerated if not e.ok)

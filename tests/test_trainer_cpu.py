@@ -10,10 +10,11 @@ from needs import import_or_skip
 import_or_skip("trl")
 import_or_skip("peft")
 
+from harness.metrics import first_attempts  # noqa: E402
 from harness.rollout import Trajectory  # noqa: E402
 from harness.saar import SaarEvent  # noqa: E402
 from trainers.ablation import AblationConfig, run_name, summarize, write_report  # noqa: E402
-from trainers.cpu_trainer import CpuConfig, first_attempts, shared_prompt_logps, train_cpu  # noqa: E402
+from trainers.cpu_trainer import CpuConfig, shared_prompt_logps, train_cpu  # noqa: E402
 from trainers.launcher import load_recipe  # noqa: E402
 
 TINY = """

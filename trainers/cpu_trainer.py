@@ -41,7 +41,7 @@ from trl import GRPOTrainer
 
 from harness import chat, seeds
 from harness.messages import Generation, Message
-from harness.metrics import TrajectoryMetrics, aggregate, rate
+from harness.metrics import TrajectoryMetrics, aggregate, first_attempts, rate
 from harness.problems import rollout_config as problem_rollout_config
 from harness.rollout import RolloutConfig, Trajectory, rollout
 from trainers._compat import get_backend, get_render
@@ -143,16 +143,6 @@ async def run_one(
     completion = full.ids[prompt_len:] or [tok.eos_token_id]
     env_mask = mask[prompt_len:] or [0]
     return RolloutRecord(full.ids[:prompt_len], completion, env_mask, outcome.reward, outcome.correct, traj)
-
-
-def first_attempts(traj: Trajectory) -> tuple[int, int]:
-    """(calls, failures) of the policy's own first attempt at each turn, SAAR's regenerations left out.
-
-    Every SAAR regeneration that ran a call is a shallow or deep event; the remaining
-    executed calls are first attempts. With SAAR off this is every call.
-    """
-    regenerated = [e for e in traj.events if e.action in ("shallow", "deep")]
-    return traj.tool_calls - len(regenerated), traj.tool_failures - sum(1 for e in regenerated if not e.ok)
 
 
 def step_metrics(records: list[RolloutRecord], rollout_s: float) -> dict[str, Any]:
