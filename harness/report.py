@@ -154,7 +154,8 @@ def summarize(arm: ArmRun) -> dict[str, float]:
 
 
 def events_by_error_kind(arm: ArmRun) -> dict[str, Counter[str]]:
-    """Error kind -> counts of SAAR actions taken on failures of that kind, plus ``purified``."""
+    """Error kind -> counts of SAAR actions taken on failures of that kind, plus ``purified``
+    (the installed call ran) and ``repeated`` (the regenerated call was the failed call verbatim)."""
     table: dict[str, Counter[str]] = defaultdict(Counter)
     for r in arm.samples:
         for e in r.events:
@@ -162,6 +163,8 @@ def events_by_error_kind(arm: ArmRun) -> dict[str, Counter[str]]:
             table[kind][str(e.get("action"))] += 1
             if e.get("ok"):
                 table[kind]["purified"] += 1
+            if e.get("action") in ("shallow", "deep") and e.get("similarity") == 1.0:
+                table[kind]["repeated"] += 1
     return dict(table)
 
 
@@ -264,7 +267,9 @@ def tests_table(tests: Sequence[PairedTest]) -> str:
 
 def error_kind_table(arms: Sequence[ArmRun]) -> str:
     """Failed attempts by error kind, and what SAAR did about each kind."""
-    header = ["task", "arm", "error kind", "failed attempts", "shallow", "deep", "purified", "exhausted", "other"]
+    header = [
+        "task", "arm", "error kind", "failed attempts", "shallow", "deep", "repeated", "purified", "exhausted", "other"
+    ]  # fmt: skip
     rows = []
     for a in arms:
         s = summarize(a)
@@ -281,6 +286,7 @@ def error_kind_table(arms: Sequence[ArmRun]) -> str:
                     _n(s.get(f"errors.{kind}", 0.0)),
                     str(ev["shallow"]),
                     str(ev["deep"]),
+                    str(ev["repeated"]),
                     str(ev["purified"]),
                     str(ev["exhausted"]),
                     str(other),
@@ -469,6 +475,9 @@ def write_report(
         tests_table(tests) if tests else "_No task has both arms._",
         "",
         "## Failures by error kind, and what SAAR did",
+        "",
+        "Shallow and deep count regenerations installed in place of a failed call; repeated, those whose call was "
+        "the failed call verbatim (similarity 1.0, so it fails again); purified, those whose call then ran.",
         "",
         error_kind_table(arms),
         "",

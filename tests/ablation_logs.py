@@ -45,13 +45,20 @@ def trajectory(
     }
 
 
-def event(action: str, kind: str = "NameError", ok: bool = False, turn: int = 0, retry: int = 1) -> dict[str, Any]:
+def event(
+    action: str,
+    kind: str = "NameError",
+    ok: bool = False,
+    turn: int = 0,
+    retry: int = 1,
+    similarity: float | None = None,
+) -> dict[str, Any]:
     return {
         "turn": turn,
         "retry": retry,
         "action": action,
         "error_kind": kind,
-        "similarity": 0.7 if action == "shallow" else 0.2,
+        "similarity": similarity if similarity is not None else 0.7 if action == "shallow" else 0.2,
         "ok": ok,
         "tokens": 10,
     }

@@ -54,7 +54,7 @@ def log_dir(tmp_path: Path) -> Path:
                 tokens=350,
                 saar_on=True,
                 error_kinds={"SyntaxError": 2},
-                events=[E("deep", "SyntaxError"), E("shallow", "SyntaxError", ok=True, retry=2)],
+                events=[E("deep", "SyntaxError", similarity=1.0), E("shallow", "SyntaxError", ok=True, retry=2)],
             ),
         ),
         *_both_epochs("s4", (0, 0), T(tokens=400, saar_on=True)),
@@ -133,8 +133,9 @@ def test_report_tables_and_plots(log_dir: Path, tmp_path: Path):
     assert "| gpqa | 8 | 0.250 | 0.875 | +0.625 |" in text
     assert "McNemar exact (b=6, c=1) | 0.1250 |" in text
     assert "| aime24 | 4 | 0.375 | 0.625 | +0.250 | [+0.000, +0.500] | paired bootstrap |" in text
-    assert "| aime24 | on | SyntaxError | 4 | 2 | 2 | 2 | 0 | 0 |" in text
-    assert "| aime24 | off | NameError | 2 | 0 | 0 | 0 | 0 | 0 |" in text
+    assert "| aime24 | on | SyntaxError | 4 | 2 | 2 | 2 | 2 | 0 | 0 |" in text  # the deep regeneration repeated
+    assert "| aime24 | on | NameError | 2 | 2 | 0 | 0 | 2 | 0 | 0 |" in text
+    assert "| aime24 | off | NameError | 2 | 0 | 0 | 0 | 0 | 0 | 0 |" in text
     for name in PLOTS:
         data = (report.parent / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n", name
