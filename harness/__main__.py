@@ -123,6 +123,13 @@ def _parser() -> argparse.ArgumentParser:
         default=1.0,
         help="the reference sampling (top_p 0.6; per-sample seeds from run seed 0); 0 = greedy",
     )
+    d.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="embedded model dtype; float32 (default) keeps each seeded request's tokens independent of what shares "
+        "its batch, so both arms generate the same text until SAAR acts (in bfloat16, 1-3 of 24 first turns differed)",
+    )
     d.add_argument("--sandbox", default="auto", choices=["auto", "local", "docker"])
     d.add_argument("--run", default=None, help="run name (default: a timestamp); output in results/demo/<run>/")
     d.add_argument("--out-dir", default="results/demo")
@@ -210,6 +217,7 @@ def demo_main(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         limit=args.problems,
         task_args={**task_args, "max_retries": args.max_retries},
+        model_args={"dtype": args.dtype} if args.model.startswith("embedded/") else None,
         generate={"temperature": args.temperature, "max_tokens": args.max_tokens},
         display=args.display,
         time_limit=args.time_limit,
