@@ -140,6 +140,13 @@ def sample_harness(problem: GeneratedProblem, stdin: str) -> str:
     return f"import io, sys\nsys.stdin = io.StringIO({stdin!r})\n{problem.code}"
 
 
+#: A function the reference programs use -> the name a small model guesses instead, and the fix's explanation.
+_WRONG_FUNCTIONS = {
+    "math.comb": ("math.choose", "math has no function choose; the binomial coefficient is math.comb."),
+    "sympy.primepi": ("sympy.prime_pi", "sympy has no prime_pi; the prime-counting function is sympy.primepi."),
+}
+
+
 def plant_bug(problem: GeneratedProblem, code: str, reasoning: str, rng: random.Random) -> Bug:
     """A first attempt with a mistake a small model makes, chosen among those that apply to ``code``."""
     options: list[Bug] = []
@@ -152,22 +159,9 @@ def plant_bug(problem: GeneratedProblem, code: str, reasoning: str, rng: random.
                     f"I forgot to import {module}. I add the import.",
                 )
             )
-    if "math.comb" in code:
-        options.append(
-            Bug(
-                "wrong_function",
-                call_text(reasoning, code.replace("math.comb", "math.choose")),
-                "math has no function choose; the binomial coefficient is math.comb.",
-            )
-        )
-    if "sympy.primepi" in code:
-        options.append(
-            Bug(
-                "wrong_function",
-                call_text(reasoning, code.replace("sympy.primepi", "sympy.prime_pi")),
-                "sympy has no prime_pi; the prime-counting function is sympy.primepi.",
-            )
-        )
+    for right, (wrong, explanation) in _WRONG_FUNCTIONS.items():
+        if right in code:
+            options.append(Bug("wrong_function", call_text(reasoning, code.replace(right, wrong)), explanation))
     if code.rstrip().endswith(")"):
         options.append(
             Bug("unclosed_paren", call_text(reasoning, code.rstrip()[:-1]), "A closing parenthesis is missing.")
