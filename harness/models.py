@@ -22,13 +22,15 @@ Reading a GGUF is slow (about 25 s for the 135M model on 2 cores, most of it par
 vocabulary in the file's metadata), while the same weights load from a safetensors
 directory in well under a second. :func:`load_model` therefore materializes a GGUF once
 into a cache directory (``$CLEANER_MODEL_CACHE``, default ``~/.cache/cleaner-harness/models``)
-and loads from there afterwards; the weights are bit-identical. ``cache=False`` turns
-this off.
+and loads from there afterwards; the weights are bit-identical. The cache is keyed by the
+file's content (not its path), so every clone and virtualenv that installs the same package
+shares one copy. ``cache=False`` turns this off.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib.util
 import os
@@ -152,7 +154,7 @@ def load_model(
             model, tokenizer = _load_hf_dir(target, dtype)
         else:
             model, tokenizer = _load_gguf(path, dtype)
-            _write_cache(model, tokenizer, target)
+            save_to_cache(model, tokenizer, target)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device)
@@ -175,16 +177,27 @@ def cache_dir() -> Path:
 
 
 def _cache_key(gguf: Path, dtype: torch.dtype) -> str:
-    """A directory name that changes when the file, the dtype or transformers' version does."""
+    """A directory name that changes when the file's content, the dtype or transformers' version does."""
     import transformers
 
-    stat = gguf.stat()
-    ident = f"{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{dtype}|{transformers.__version__}"
+    ident = f"{file_digest(gguf)}|{dtype}|{transformers.__version__}"
     digest = hashlib.sha256(ident.encode()).hexdigest()[:16]
     return f"{gguf.stem}-{str(dtype).removeprefix('torch.')}-{digest}"
 
 
-def _write_cache(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target: Path) -> None:
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes (remembered per path, size and modification time)."""
+    stat = path.stat()
+    return _digest(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest(path: str, size: int, mtime_ns: int) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def save_to_cache(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, target: Path) -> None:
     """Materialize into a temporary sibling, then rename (safe when processes race)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
@@ -274,7 +287,7 @@ def benchmark(spec: str | None = None, *, new_tokens: int = 128, threads: int | 
     model, tokenizer = load_model(spec, cache=False)
     figures["load_uncached_s"] = time.perf_counter() - start
     if resolve_spec(spec)[0] == "gguf":
-        _write_cache(model, tokenizer, cache_dir() / _cache_key(resolve_spec(spec)[1], model.dtype))
+        save_to_cache(model, tokenizer, cache_dir() / _cache_key(resolve_spec(spec)[1], model.dtype))
         start = time.perf_counter()
         model, tokenizer = load_model(spec)
         figures["load_cached_s"] = time.perf_counter() - start

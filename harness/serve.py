@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from harness.chat import supports_tools, tool_system_prompt
 from harness.messages import tool_response_text
-from harness.models import cache_dir, load_model, materialize, resolve_spec
+from harness.models import cache_dir, file_digest, load_model, resolve_spec, save_to_cache
 from harness.protocol import CALL_CLOSE, CALL_OPEN
 
 if TYPE_CHECKING:
@@ -83,17 +82,7 @@ def served_dir(name: str | None = None, *, dtype: str = "bfloat16") -> Path:
     model, tokenizer = load_model(spec, dtype=getattr(torch, dtype))
     tokenizer.chat_template = served_chat_template(tokenizer)
     _sample_as_requested(model.generation_config)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        materialize(model, tokenizer, tmp)
-        try:
-            tmp.rename(target)
-        except OSError:  # another process wrote the same directory first
-            pass
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    save_to_cache(model, tokenizer, target)
     return target
 
 
@@ -165,18 +154,17 @@ def served_chat_template(tokenizer: PreTrainedTokenizerBase) -> str:
 
 
 def _served_key(spec: str | None, kind: str, path: Path, dtype: str) -> str:
-    """A directory name that changes when the model's source files, the dtype or transformers' version change."""
+    """A directory name that changes when the content of the model's source files, the dtype or transformers'
+    version change (the same files in another clone share it)."""
     import transformers
 
     files = sorted(p for p in ([path] if path.is_file() else path.iterdir()) if p.is_file())
-    ident = [SERVED_FORMAT, kind, str(path), dtype, transformers.__version__]
-    ident += [f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files]
+    ident = [SERVED_FORMAT, kind, dtype, transformers.__version__]
+    ident += [f"{p.name}:{file_digest(p)}" for p in files]
     if kind == "adapter":  # the warm model sits on the embedded GGUF: a new base is a new model
-        base = resolve_spec(None)[1]
-        ident.append(f"{base}:{base.stat().st_size}:{base.stat().st_mtime_ns}")
+        ident.append(file_digest(resolve_spec(None)[1]))
     digest = hashlib.sha256("|".join(ident).encode()).hexdigest()[:16]
-    stem = (spec or "smollm2").replace("/", "_").removesuffix(".gguf")
-    return f"{Path(stem).name}-{dtype}-{digest}"
+    return f"{Path(spec or 'smollm2').name.removesuffix('.gguf')}-{dtype}-{digest}"
 
 
 def free_port() -> int:

@@ -95,6 +95,28 @@ def test_inspect_call_without_code_is_an_error() -> None:
         embedded.from_inspect([bad])
 
 
+def test_the_model_cache_is_keyed_by_content_not_by_path(tmp_path: Path) -> None:
+    """Each clone or virtualenv installs the same GGUF at another path: one cache entry must serve them all."""
+    import torch
+
+    from harness import serve
+
+    first, second, other = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf", tmp_path / "c" / "m.gguf"
+    for path, data in ((first, b"weights"), (second, b"weights"), (other, b"weightz")):
+        path.parent.mkdir()
+        path.write_bytes(data)
+    os.utime(second, ns=(1, 1))  # another install time too
+    key = models._cache_key(first, torch.bfloat16)
+    assert models._cache_key(second, torch.bfloat16) == key
+    assert models._cache_key(other, torch.bfloat16) != key
+    assert models._cache_key(first, torch.float32) != key
+    served = serve._served_key(str(first), "gguf", first, "bfloat16")
+    assert serve._served_key(str(second), "gguf", second, "bfloat16") == served
+    assert serve._served_key(str(other), "gguf", other, "bfloat16") != served
+    first.write_bytes(b"retrained")  # a rewritten file is a new model
+    assert models._cache_key(first, torch.bfloat16) != key
+
+
 def test_completion_text_keeps_the_closing_tag_and_drops_what_follows() -> None:
     text = 'Try.\n<tool_call>\n{"name": "python"}\n</tool_call>\nmore'
     assert embedded._cut(text, []) == text[: text.index(CALL_CLOSE) + len(CALL_CLOSE)]
