@@ -124,6 +124,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the reference sampling (top_p 0.6; per-sample seeds from run seed 0); 0 = greedy",
     )
     d.add_argument(
+        "--top-p",
+        type=float,
+        default=0.6,
+        help="nucleus sampling; 0.6 is the reference evaluation, 1.0 the training rollouts' sampling",
+    )
+    d.add_argument(
         "--dtype",
         default="float32",
         choices=["float32", "bfloat16"],
@@ -218,13 +224,17 @@ def demo_main(args: argparse.Namespace) -> int:
         limit=args.problems,
         task_args={**task_args, "max_retries": args.max_retries},
         model_args={"dtype": args.dtype} if args.model.startswith("embedded/") else None,
-        generate={"temperature": args.temperature, "max_tokens": args.max_tokens},
+        generate={"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens},
         display=args.display,
         time_limit=args.time_limit,
     )
     arms, notes = read_arms(dirs)
     report = write_report(
-        arms, out, title=f"SAAR demo: {args.model} on {DEMO_TASK} ({what}, {args.epochs} epoch(s))", notes=notes
+        arms,
+        out,
+        title=f"SAAR demo: {args.model} on {DEMO_TASK} ({what}, {args.epochs} epoch(s), "
+        f"temperature {args.temperature}, top_p {args.top_p})",
+        notes=notes,
     )
     # The same comparison on scripted completions: the mechanism's reference, every branch of SAAR
     # (shallow, deep, exhausted) exercised deterministically on the aime24 fixture.

@@ -295,6 +295,43 @@ def error_kind_table(arms: Sequence[ArmRun]) -> str:
     return _table(header, rows) if rows else "_No tool call failed in any arm._"
 
 
+def _code_cell(code: object, limit: int = 120) -> str:
+    """A program in one table cell: newlines shown as ⏎, the middle cut beyond ``limit`` characters."""
+    if not isinstance(code, str):
+        return "-"
+    text = code.strip().replace("\n", " ⏎ ")
+    if len(text) > limit:
+        text = f"{text[: limit // 2]} … {text[-limit // 2 :]}"
+    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+
+
+def purified_table(arms: Sequence[ArmRun], limit: int = 20) -> str:
+    """Each purified failure: where it was, what failed, and the call that replaced it (at most ``limit`` rows)."""
+    header = ["task", "arm", "sample", "epoch", "turn", "error kind", "action", "similarity", "failed call", "new call"]
+    rows = [
+        [
+            a.task,
+            a.arm,
+            r.sample_id,
+            str(r.epoch),
+            str(e.get("turn")),
+            str(e.get("error_kind") or "Error"),
+            str(e.get("action")),
+            "-" if e.get("similarity") is None else f"{e['similarity']:.2f}",
+            _code_cell(e.get("failed_code")),
+            _code_cell(e.get("new_code")),
+        ]
+        for a in arms
+        for r in a.samples
+        for e in r.events
+        if e.get("ok")
+    ]
+    if not rows:
+        return "_No failure was purified._"
+    more = f"\n\n{len(rows) - limit} more in the logs' SAAR events." if len(rows) > limit else ""
+    return _table(header, rows[:limit]) + more
+
+
 def side_by_side(arms: Sequence[ArmRun]) -> str:
     """A plain-text summary for the terminal: one column per task and arm, one row per headline metric."""
     arms = sorted(arms, key=lambda a: (a.task, a.model, a.arm))
@@ -480,6 +517,13 @@ def write_report(
         "the failed call verbatim (similarity 1.0, so it fails again); purified, those whose call then ran.",
         "",
         error_kind_table(arms),
+        "",
+        "## Purified failures",
+        "",
+        "Each SAAR regeneration whose call ran: the failed call and the call installed in its place (logs from "
+        "before 2026-11-30 do not record the programs).",
+        "",
+        purified_table(arms),
         "",
         "## Plots",
         "",

@@ -71,7 +71,9 @@ class SaarEvent:
     ``turn`` is the index of the assistant turn (0-based) being corrected; ``retry``
     the regeneration number (1..max_retries); ``error_kind`` the failure being
     corrected; ``similarity`` the ratio between failed and new call (None when a
-    call could not be parsed); ``ok`` whether the installed call then ran.
+    call could not be parsed); ``ok`` whether the installed call then ran;
+    ``failed_code`` and ``new_code`` the programs of the failed and the regenerated
+    call (shallow and deep events, when parsed), so a report can show what was purified.
     """
 
     turn: int
@@ -81,6 +83,8 @@ class SaarEvent:
     similarity: float | None = None
     ok: bool = False
     tokens: int = 0
+    failed_code: str | None = None
+    new_code: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -132,7 +136,8 @@ async def rollback(state: RolloutState, index: int, error: Message, error_kind: 
         new_turn, action, ratio = replace_turn(installed, regenerated, cfg)
         state.messages[index] = new_turn
         result_msg, ok, kind = await state.execute(new_turn)
-        state.record(SaarEvent(turn, retry, action, error_kind, ratio, ok, gen.output_tokens))
+        codes = tuple(m.call.code if m.call else None for m in (installed, regenerated))
+        state.record(SaarEvent(turn, retry, action, error_kind, ratio, ok, gen.output_tokens, *codes))
         if ok:
             return result_msg
         error, error_kind = result_msg, kind

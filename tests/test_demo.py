@@ -24,6 +24,7 @@ def test_the_demo_runs_the_warm_model_in_both_arms_and_the_replay_reference(tmp_
         assert arm["metrics"]["tool_calls"] >= 3  # the warm model calls the tool
         log = read_eval_log(arm["log"], header_only=True)
         assert log.eval.model_args.get("dtype") == "float32"  # the arms stay paired whatever shares a batch
+        assert (log.plan.config.temperature, log.plan.config.top_p) == (1.0, 0.6)  # the reference sampling
     assert arms["off"]["metrics"]["saar_on_rate"] == 0 and arms["on"]["metrics"]["saar_on_rate"] == 1
     report = (out / "report.md").read_text()
     assert "## SAAR on vs off (paired by sample)" in report and "| aime24 | 3 |" in report
@@ -31,3 +32,10 @@ def test_the_demo_runs_the_warm_model_in_both_arms_and_the_replay_reference(tmp_
     replay = {a["arm"]: a["metrics"] for a in json.loads((out / "replay" / "summary.json").read_text())["arms"]}
     assert replay["on"]["saar_shallow"] > 0 and replay["on"]["saar_deep"] > 0 and replay["on"]["saar_purified"] > 0
     assert replay["off"]["saar_shallow"] == replay["off"]["saar_deep"] == 0
+    # which failures were purified: the failed program and the one installed in its place
+    table = (out / "replay" / "report.md").read_text().split("## Purified failures", 1)[1]
+    assert (
+        "| SyntaxError | shallow | 0.99 | `import sympy ⏎ print(sympy.divisor_count(2**4 * 3**4)` "
+        "| `import sympy ⏎ print(sympy.divisor_count(2**4 * 3**4))` |"
+    ) in table
+    assert "| NameError | deep |" in table and "`print(total(range(1, 21)))`" in table
