@@ -230,3 +230,16 @@ def test_real_comparison_with_the_replay_model_resumes_without_rerunning(tmp_pat
     assert sorted(p.name for p in (tmp_path / "runs").rglob("*.eval")) == first
     text = (tmp_path / "ab" / "r" / "report.md").read_text()
     assert "| aime25 | off | replay/aime25.yaml | 3 x 1 |" in text and "| aime25 | 3 |" in text
+
+
+def test_the_committed_purification_logs_read_as_their_readme_says(tmp_path: Path):
+    """results/purification/README.md quotes these figures; a change in how logs are read must not move them."""
+    root = Path(__file__).resolve().parent.parent / "results" / "purification"
+    arms, _ = read_arms([root / "top-p-1.0-seed2001" / "logs"])
+    on = next(a for a in arms if a.arm == "on")
+    regenerated = [e for r in on.samples for e in r.events if e["action"] in ("shallow", "deep")]
+    assert (len(regenerated), sum(e["ok"] for e in regenerated)) == (25, 2)
+    test = paired_test(next(a for a in arms if a.arm == "off"), on, n_boot=200, seed=0)
+    assert (test.method, test.off, test.on) == ("mcnemar", pytest.approx(5 / 24), pytest.approx(7 / 24))
+    text = write_report(arms, tmp_path).read_text()
+    assert "| demo-2001-0010-modular | 1 | 0 | TypeError | shallow | 0.67 | `print(divmod(65, 7)**359) % 7` " in text
