@@ -3,7 +3,7 @@
 python -m harness compare --tasks aime24 gpqa --model sglang/Qwen/Qwen3-4B --epochs 16
 python -m harness compare --from-logs /cluster/logs/run7 --run run7
 python -m harness regression                       # every results/baselines/*.yaml
-python -m harness demo                             # embedded model, aime24 fixture, SAAR on vs off
+python -m harness demo                             # the warm embedded model on 20 new problems, SAAR on vs off
 python -m harness serve smollm2-tools --port 8000   # the model behind transformers serve, on loopback
 """
 
@@ -104,7 +104,7 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="SAAR on vs off with the warm embedded CPU model on generated AIME-style problems")
     d.add_argument("--model", default=DEMO_MODEL, help="embedded/smollm2-tools: the project's tool-using warm model")
-    d.add_argument("--problems", type=int, default=24, help="generated problems (held-out seeds), or fixture ones")
+    d.add_argument("--problems", type=int, default=20, help="generated problems (held-out seeds), or fixture ones")
     d.add_argument("--problem-seed", type=int, default=DEMO_PROBLEM_SEED, help="seed of the generated problems")
     d.add_argument("--fixture", action="store_true", help="the aime24 fixture's problems instead of generated ones")
     d.add_argument("--epochs", type=int, default=1, help="samples per problem")
@@ -121,13 +121,14 @@ def _parser() -> argparse.ArgumentParser:
         "--temperature",
         type=float,
         default=1.0,
-        help="the reference sampling (top_p 0.6; per-sample seeds from run seed 0); 0 = greedy",
+        help="sampling temperature (per-sample seeds from run seed 0); 0 = greedy",
     )
     d.add_argument(
         "--top-p",
         type=float,
-        default=0.6,
-        help="nucleus sampling; 0.6 is the reference evaluation, 1.0 the training rollouts' sampling",
+        default=1.0,
+        help="nucleus sampling: 1.0 (default) is the training rollouts' sampling, where SAAR purifies some of this "
+        "model's failures; 0.6 is the reference evaluation's, where its regenerations repeat the failed call",
     )
     d.add_argument(
         "--dtype",

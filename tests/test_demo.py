@@ -24,7 +24,7 @@ def test_the_demo_runs_the_warm_model_in_both_arms_and_the_replay_reference(tmp_
         assert arm["metrics"]["tool_calls"] >= 3  # the warm model calls the tool
         log = read_eval_log(arm["log"], header_only=True)
         assert log.eval.model_args.get("dtype") == "float32"  # the arms stay paired whatever shares a batch
-        assert (log.plan.config.temperature, log.plan.config.top_p) == (1.0, 0.6)  # the reference sampling
+        assert (log.plan.config.temperature, log.plan.config.top_p) == (1.0, 1.0)  # the training rollouts' sampling
     assert arms["off"]["metrics"]["saar_on_rate"] == 0 and arms["on"]["metrics"]["saar_on_rate"] == 1
     report = (out / "report.md").read_text()
     assert "## SAAR on vs off (paired by sample)" in report and "| aime24 | 3 |" in report
