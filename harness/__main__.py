@@ -137,6 +137,13 @@ def _parser() -> argparse.ArgumentParser:
         help="embedded model dtype; float32 (default) keeps each seeded request's tokens independent of what shares "
         "its batch, so both arms generate the same text until SAAR acts (in bfloat16, 1-3 of 24 first turns differed)",
     )
+    d.add_argument(
+        "--max-batch",
+        type=int,
+        default=20,
+        help="embedded model: samples generated together (default: all 20 problems; in float32 a row does not depend "
+        "on its batch, so this changes the speed, not the text)",
+    )
     d.add_argument("--sandbox", default="auto", choices=["auto", "local", "docker"])
     d.add_argument("--run", default=None, help="run name (default: a timestamp); output in results/demo/<run>/")
     d.add_argument("--out-dir", default="results/demo")
@@ -224,7 +231,7 @@ def demo_main(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         limit=args.problems,
         task_args={**task_args, "max_retries": args.max_retries},
-        model_args={"dtype": args.dtype} if args.model.startswith("embedded/") else None,
+        model_args={"dtype": args.dtype, "max_batch": args.max_batch} if args.model.startswith("embedded/") else None,
         generate={"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens},
         display=args.display,
         time_limit=args.time_limit,
