@@ -140,9 +140,9 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--max-batch",
         type=int,
-        default=20,
-        help="embedded model: samples generated together (default: all 20 problems; in float32 a row does not depend "
-        "on its batch, so this changes the speed, not the text)",
+        default=None,
+        help="embedded model: samples generated together (default: all the problems; in float32 a row does not "
+        "depend on its batch, so this changes the speed, not the text)",
     )
     d.add_argument("--sandbox", default="auto", choices=["auto", "local", "docker"])
     d.add_argument("--run", default=None, help="run name (default: a timestamp); output in results/demo/<run>/")
@@ -231,7 +231,9 @@ def demo_main(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         limit=args.problems,
         task_args={**task_args, "max_retries": args.max_retries},
-        model_args={"dtype": args.dtype, "max_batch": args.max_batch} if args.model.startswith("embedded/") else None,
+        model_args={"dtype": args.dtype, "max_batch": args.max_batch or args.problems}
+        if args.model.startswith("embedded/")
+        else None,
         generate={"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens},
         display=args.display,
         time_limit=args.time_limit,

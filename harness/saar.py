@@ -136,8 +136,19 @@ async def rollback(state: RolloutState, index: int, error: Message, error_kind: 
         new_turn, action, ratio = replace_turn(installed, regenerated, cfg)
         state.messages[index] = new_turn
         result_msg, ok, kind = await state.execute(new_turn)
-        codes = tuple(m.call.code if m.call else None for m in (installed, regenerated))
-        state.record(SaarEvent(turn, retry, action, error_kind, ratio, ok, gen.output_tokens, *codes))
+        state.record(
+            SaarEvent(
+                turn,
+                retry,
+                action,
+                error_kind,
+                ratio,
+                ok,
+                gen.output_tokens,
+                failed_code=installed.call.code if installed.call else None,
+                new_code=regenerated.call.code if regenerated.call else None,
+            )
+        )
         if ok:
             return result_msg
         error, error_kind = result_msg, kind
