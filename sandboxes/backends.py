@@ -18,120 +18,25 @@ without the ``docker`` SDK or daemon.
 
 from __future__ import annotations
 
-import abc
-import asyncio
 import logging
 from typing import Any
 
-from sandboxes.base import Sandbox
+from sandboxes.base import Backend
+from sandboxes.local_pool import LocalBackend
 
 logger = logging.getLogger(__name__)
 
+__all__ = [
+    "BACKEND_NAMES",
+    "Backend",
+    "LocalBackend",
+    "describe_choice",
+    "docker_ready",
+    "get_backend",
+    "resolve_backend_name",
+]
+
 BACKEND_NAMES = ("auto", "local", "docker")
-
-
-class Backend(abc.ABC):
-    """A factory and pool of sandboxes: one per concurrent rollout."""
-
-    #: Name the registry knows this backend by.
-    name: str = "abstract"
-
-    @abc.abstractmethod
-    async def acquire(self) -> Sandbox:
-        """A clean sandbox for one rollout (a pooled one when available)."""
-
-    @abc.abstractmethod
-    async def release(self, sandbox: Sandbox) -> None:
-        """Take back a sandbox from :meth:`acquire`: reset it for reuse, or close it."""
-
-    @abc.abstractmethod
-    async def shutdown(self) -> None:
-        """Close every sandbox this backend made; the backend is unusable afterwards."""
-
-    async def prewarm(self, n: int | None = None) -> None:  # noqa: B027 - optional hook, default nothing
-        """Make sandboxes ahead of the first :meth:`acquire` (default: nothing)."""
-
-    @abc.abstractmethod
-    def describe(self) -> dict[str, Any]:
-        """Where programs run: at least ``backend`` and ``isolation`` (for logs, eval metadata, reports)."""
-
-    async def __aenter__(self) -> Backend:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
-
-
-class LocalBackend(Backend):
-    """Pool of :class:`~sandboxes.local.LocalSandbox` objects.
-
-    A released sandbox is reset (leftover processes killed, work dir emptied) and
-    kept for the next :meth:`acquire`, up to ``max_idle`` of them; beyond that it is
-    closed. Options are those of :class:`~sandboxes.local.LocalConfig`.
-
-    Raises:
-        IsolationUnavailable: programs could not be isolated here (decided now, not at the first acquire).
-    """
-
-    name = "local"
-
-    def __init__(self, *, max_idle: int = 8, **options: Any) -> None:
-        from sandboxes.local import LocalConfig, choose_isolation
-
-        if max_idle < 0:
-            raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
-        self.config = LocalConfig(**options)  # validates the options now, not at the first acquire
-        self.choice = choose_isolation(self.config)
-        self.max_idle = max_idle
-        self._idle: list[Sandbox] = []
-        self._all: set[Sandbox] = set()
-        self._closed = False
-
-    async def _new(self) -> Sandbox:
-        from sandboxes.local import LocalSandbox
-
-        # constructing probes bwrap once per process (a few subprocess calls): off the event loop
-        return await asyncio.to_thread(LocalSandbox, self.config)
-
-    async def prewarm(self, n: int | None = None) -> None:
-        for _ in range(max(0, (n or 1) - len(self._idle))):
-            sandbox = await self._new()
-            self._all.add(sandbox)
-            self._idle.append(sandbox)
-
-    async def acquire(self) -> Sandbox:
-        if self._closed:
-            raise RuntimeError("LocalBackend is shut down")
-        if self._idle:
-            return self._idle.pop()
-        sandbox = await self._new()
-        self._all.add(sandbox)
-        return sandbox
-
-    async def release(self, sandbox: Sandbox) -> None:
-        if sandbox not in self._all:
-            raise ValueError("release() got a sandbox that this backend did not hand out")
-        if self._closed or len(self._idle) >= self.max_idle:
-            self._all.discard(sandbox)
-            await sandbox.close()
-            return
-        try:
-            await sandbox.reset()
-        except Exception:
-            logger.exception("resetting a local sandbox failed; closing it")
-            self._all.discard(sandbox)
-            await sandbox.close()
-            return
-        self._idle.append(sandbox)
-
-    async def shutdown(self) -> None:
-        self._closed = True
-        sandboxes, self._all, self._idle = list(self._all), set(), []
-        for sandbox in sandboxes:
-            await sandbox.close()
-
-    def describe(self) -> dict[str, Any]:
-        return {"backend": "local", **self.choice.to_dict()}
 
 
 def _docker_module() -> Any | None:

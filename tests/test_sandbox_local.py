@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import sandboxes.isolation as isolation
-import sandboxes.local as local
+import sandboxes.local_policy as local_policy
 from sandboxes.base import KILLED, MEMORY, NONZERO_EXIT, OUTPUT_LIMIT, TIMEOUT, Sandbox
 from sandboxes.errors import SEGFAULT, classify, exception_name
 from sandboxes.isolation import UNISOLATED_ENV, IsolationUnavailable, find_bwrap
@@ -330,7 +330,7 @@ async def test_every_result_records_backend_and_isolation(local_sandbox: LocalSa
 
 
 def test_no_isolation_is_refused_with_the_fixes_named(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local, "find_bwrap", lambda: None)  # a machine without any bwrap
+    monkeypatch.setattr(local_policy, "find_bwrap", lambda: None)  # a machine without any bwrap
     monkeypatch.delenv(UNISOLATED_ENV, raising=False)
     for make in (LocalSandbox, lambda: LocalSandbox(isolation="bwrap")):
         with pytest.raises(IsolationUnavailable) as caught:
@@ -342,7 +342,7 @@ def test_no_isolation_is_refused_with_the_fixes_named(monkeypatch: pytest.Monkey
 
 
 async def test_unisolated_only_by_name_and_never_as_root(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local, "find_bwrap", lambda: None)
+    monkeypatch.setattr(local_policy, "find_bwrap", lambda: None)
     monkeypatch.setenv(UNISOLATED_ENV, "1")
     try:
         sandbox = LocalSandbox()

