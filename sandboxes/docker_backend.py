@@ -21,20 +21,33 @@ no host mounts, and an environment of our own (nothing of the host's).
 
 from __future__ import annotations
 
-from sandboxes.docker_engine import docker_available, image_present, remove_leftovers
-from sandboxes.docker_policy import LABEL, MAX_CONTAINERS_ENV, WORKDIR, DockerConfig, default_max_containers
-from sandboxes.docker_pool import DockerBackend
+from sandboxes.docker_engine import docker_available, image_present, owner_labels, reap_orphans, remove_leftovers
+from sandboxes.docker_policy import (
+    ACQUIRE_TIMEOUT_ENV,
+    LABEL,
+    MAX_CONTAINERS_ENV,
+    WORKDIR,
+    DockerConfig,
+    default_acquire_timeout,
+    default_max_containers,
+)
+from sandboxes.docker_pool import DockerBackend, PoolExhausted
 from sandboxes.docker_sandbox import DockerSandbox
 
 __all__ = [
+    "ACQUIRE_TIMEOUT_ENV",
     "LABEL",
     "MAX_CONTAINERS_ENV",
     "WORKDIR",
     "DockerBackend",
     "DockerConfig",
     "DockerSandbox",
+    "PoolExhausted",
+    "default_acquire_timeout",
     "default_max_containers",
     "docker_available",
     "image_present",
+    "owner_labels",
+    "reap_orphans",
     "remove_leftovers",
 ]

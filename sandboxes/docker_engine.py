@@ -2,7 +2,13 @@
 
 Everything of the ``docker`` SDK is synchronous; the coroutines here call it in threads.
 Containers started by this process are recorded in :data:`live_containers` and removed at
-interpreter exit when a run forgot ``shutdown()``.
+interpreter exit when a run forgot ``shutdown()``, and when the process is ended by SIGTERM
+(a handler is installed with the first container, only where SIGTERM had its default action;
+SIGINT ends an asyncio program through ``KeyboardInterrupt``, so the exit path removes them).
+
+Every container says whose it is (:func:`owner_labels`: the owner's pid and its start time, the
+host name, the boot id and the pid namespace), so that :func:`reap_orphans` removes those of a
+dead process of this project on this host, and never anyone else's.
 """
 
 from __future__ import annotations
@@ -10,7 +16,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import logging
+import os
+import signal
+import socket
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from typing import Any
 
 from sandboxes.docker_channel import Channel
@@ -86,7 +98,8 @@ async def start_container(
 ) -> Container:
     """Create and start a container, open its channel and wait for the worker's first answer."""
     start = time.monotonic()
-    spec = container_spec(config, image, labels)
+    spec = container_spec(config, image, {**owner_labels(), **(labels or {})})
+    _install_sigterm_handler()
     container = await asyncio.to_thread(engine.containers.create, **spec)
     live_containers[container.id] = container
     try:
@@ -151,6 +164,131 @@ live_containers: dict[str, Any] = {}
 
 
 @atexit.register
-def remove_live_containers() -> None:
-    for container in list(live_containers.values()):
-        remove(container)
+def remove_live_containers(wait: float = 30.0) -> None:
+    """Remove every container of this process still alive, in parallel and through a client of its own
+    (this also runs from a signal handler, which may have interrupted a call holding the usual client)."""
+    ids = list(live_containers)
+    if not ids:
+        return
+    try:
+        api = client(timeout=int(wait)).api
+    except Exception:  # noqa: BLE001 - no engine: nothing to remove
+        return
+
+    def remove_id(cid: str) -> None:
+        try:
+            api.remove_container(cid, force=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        live_containers.pop(cid, None)
+
+    try:
+        pool = ThreadPoolExecutor(min(8, len(ids)))
+        futures = [pool.submit(remove_id, cid) for cid in ids]
+    except RuntimeError:  # at interpreter exit no new thread may start: one after the other
+        for cid in ids:
+            remove_id(cid)
+        return
+    wait_for(futures, timeout=wait)
+    pool.shutdown(wait=False)
+
+
+_sigterm_installed = False
+
+
+def _install_sigterm_handler() -> None:
+    """On SIGTERM remove this process's containers, then die of SIGTERM as before (only where it was default)."""
+    global _sigterm_installed
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _sigterm_installed = True
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return  # someone else handles it (and decides about exiting); atexit still removes at exit
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        try:
+            remove_live_containers()
+        finally:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except ValueError:  # not the main thread of the main interpreter
+        pass
+
+
+# ------------------------------------------------------------------ whose containers
+
+
+OWNER_PID = f"{LABEL}.owner.pid"
+OWNER_START = f"{LABEL}.owner.start"
+OWNER_HOST = f"{LABEL}.owner.host"
+OWNER_BOOT = f"{LABEL}.owner.boot"
+OWNER_PIDNS = f"{LABEL}.owner.pidns"
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _start_time(pid: int) -> str:
+    """The start time of ``pid`` in clock ticks since boot (with the pid, it names one process), or ""."""
+    stat = _read(f"/proc/{pid}/stat")
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def owner_labels(pid: int | None = None) -> dict[str, str]:
+    """The labels that say whose a container is: this process (or ``pid``) on this host and boot."""
+    pid = os.getpid() if pid is None else pid
+    return {
+        OWNER_PID: str(pid),
+        OWNER_START: _start_time(pid),
+        OWNER_HOST: socket.gethostname(),
+        OWNER_BOOT: _read("/proc/sys/kernel/random/boot_id"),
+        OWNER_PIDNS: _pid_namespace(),
+    }
+
+
+def orphaned(labels: dict[str, str]) -> bool:
+    """Whether a container with ``labels`` belongs to a process of this project that is dead on this host.
+
+    False for anything not provably ours to reap: no owner labels (an older run, someone's own),
+    another host, boot or pid namespace, or an owner that is alive (same pid, same start time).
+    """
+    me = owner_labels()
+    pid = labels.get(OWNER_PID, "")
+    if not pid.isdigit() or not labels.get(OWNER_BOOT) or not labels.get(OWNER_START):
+        return False
+    if any(labels.get(key) != me[key] for key in (OWNER_HOST, OWNER_BOOT, OWNER_PIDNS)):
+        return False
+    if int(pid) == os.getpid():
+        return labels[OWNER_START] != me[OWNER_START]
+    return _start_time(int(pid)) != labels[OWNER_START]  # "" when dead; another start time: the pid was reused
+
+
+def reap_orphans(engine: Any) -> list[str]:
+    """Remove the sandbox containers that a dead process of this project left on this host; their short ids."""
+    reaped = []
+    for container in engine.containers.list(all=True, filters={"label": OWNER_PID}):
+        if orphaned(container.labels or {}):
+            try:
+                container.remove(force=True)
+                reaped.append(str(container.id)[:12])
+            except Exception:  # noqa: BLE001 - gone already, or another backend reaped it first
+                pass
+    if reaped:
+        logger.warning("removed %d sandbox container(s) left by dead processes: %s", len(reaped), ", ".join(reaped))
+    return reaped

@@ -24,6 +24,9 @@ LABEL = "cleaner.sandbox"
 WORKDIR = "/work"
 #: Environment variable that bounds every docker pool of this process (containers, busy and idle together).
 MAX_CONTAINERS_ENV = "CLEANER_SANDBOX_MAX_CONTAINERS"
+#: Environment variable: seconds an ``acquire`` waits for a free container before it fails (default 300).
+ACQUIRE_TIMEOUT_ENV = "CLEANER_SANDBOX_ACQUIRE_TIMEOUT"
+DEFAULT_ACQUIRE_TIMEOUT = 300.0
 
 #: The modules of the in-container worker, in load order (each imports only the standard library and the
 #: ones before it).
@@ -155,3 +158,8 @@ def _positive_env(name: str, parse: type, default: Any) -> Any:
 def default_max_containers() -> int:
     """The pool bound when none is given: :data:`MAX_CONTAINERS_ENV`, else twice the cpus (at least 4)."""
     return int(_positive_env(MAX_CONTAINERS_ENV, int, max(4, 2 * (os.cpu_count() or 1))))
+
+
+def default_acquire_timeout() -> float:
+    """Seconds an ``acquire`` waits for a free container: :data:`ACQUIRE_TIMEOUT_ENV`, else 300."""
+    return float(_positive_env(ACQUIRE_TIMEOUT_ENV, float, DEFAULT_ACQUIRE_TIMEOUT))

@@ -8,9 +8,19 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from sandboxes import docker_engine as engine
-from sandboxes.base import Backend, Sandbox
-from sandboxes.docker_policy import DockerConfig, default_max_containers
+from sandboxes.base import Backend, Sandbox, SandboxError
+from sandboxes.docker_policy import (
+    ACQUIRE_TIMEOUT_ENV,
+    MAX_CONTAINERS_ENV,
+    DockerConfig,
+    default_acquire_timeout,
+    default_max_containers,
+)
 from sandboxes.docker_sandbox import DockerSandbox
+
+
+class PoolExhausted(SandboxError, TimeoutError):
+    """No container of a bounded pool became free within the acquire deadline."""
 
 
 class DockerBackend(Backend):
@@ -19,7 +29,9 @@ class DockerBackend(Backend):
     ``pool_size`` containers are started by :meth:`prewarm` (called by the first
     :meth:`acquire`); more are started on demand, up to ``max_containers`` in all
     (busy and idle together; default :func:`default_max_containers`); further
-    acquires wait for a release. :meth:`release` resets a sandbox and keeps it idle
+    acquires wait for a release, for at most ``acquire_timeout`` seconds (default
+    :func:`~sandboxes.docker_policy.default_acquire_timeout`), then raise :class:`PoolExhausted`
+    naming the bound and how to raise it. :meth:`release` resets a sandbox and keeps it idle
     (or replaces it when it is broken); idle containers beyond ``max_idle`` and those
     idle for more than ``idle_ttl`` seconds are removed (checked at every acquire and
     release, and by :meth:`trim`). :meth:`shutdown` removes every container.
@@ -35,6 +47,7 @@ class DockerBackend(Backend):
         max_containers: int | None = None,
         max_idle: int | None = None,
         idle_ttl: float = 300.0,
+        acquire_timeout: float | None = None,
         **options: Any,
     ) -> None:
         self.config = replace(config or DockerConfig(), **options)
@@ -47,6 +60,11 @@ class DockerBackend(Backend):
             raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
         if idle_ttl <= 0:
             raise ValueError(f"idle_ttl must be positive seconds, not {idle_ttl!r}")
+        acquire_timeout = default_acquire_timeout() if acquire_timeout is None else acquire_timeout
+        if acquire_timeout <= 0:
+            raise ValueError(f"acquire_timeout must be positive seconds, not {acquire_timeout!r}")
+        self.acquire_timeout = acquire_timeout
+        self.reaped: list[str] = []  #: containers of dead processes removed when this backend met the engine
         self.pool_size = pool_size
         self.max_containers = max_containers
         self.max_idle = max_containers if max_idle is None else min(max_idle, max_containers)
@@ -63,6 +81,7 @@ class DockerBackend(Backend):
             try:
                 self._client = await asyncio.to_thread(engine.client)
                 await asyncio.to_thread(self._client.ping)
+                self.reaped = await asyncio.to_thread(engine.reap_orphans, self._client)
             except Exception as exc:
                 self._client = None
                 raise RuntimeError(
@@ -121,7 +140,16 @@ class DockerBackend(Backend):
         if not self._warmed:
             await self.prewarm()
         await self.trim()
-        await self._slots.acquire()
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.acquire_timeout)
+        except TimeoutError:
+            raise PoolExhausted(
+                f"no docker sandbox became free within {self.acquire_timeout:g} s: the pool is bounded at "
+                f"{self.max_containers} containers and all are in use ({len(self._busy)} busy). Release sandboxes "
+                f"you are done with, or raise the bound (max_containers=N, or {MAX_CONTAINERS_ENV}=N; each "
+                f"container may use up to {self.config.memory} of memory), or wait longer (acquire_timeout=S, "
+                f"or {ACQUIRE_TIMEOUT_ENV}=S)"
+            ) from None
         try:
             sandbox = self._idle.pop()[1] if self._idle else await self._new_sandbox()
         except BaseException:
@@ -169,5 +197,6 @@ class DockerBackend(Backend):
             "busy": len(self._busy),
             "max_containers": self.max_containers,
             "max_idle": self.max_idle,
+            "acquire_timeout": self.acquire_timeout,
             "config": asdict(self.config),
         }

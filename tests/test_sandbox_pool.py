@@ -1,0 +1,198 @@
+"""No silent waits and no leaks of the docker pool: the acquire deadline, signals, reaping leftovers.
+
+The label logic and the configuration run everywhere; the rest (marker ``docker``) needs an engine
+and the sandbox image, and skips without them unless ``CI`` is set (see ``conftest.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sandboxes import docker_engine
+from sandboxes.docker_backend import (
+    ACQUIRE_TIMEOUT_ENV,
+    LABEL,
+    MAX_CONTAINERS_ENV,
+    DockerBackend,
+    PoolExhausted,
+    owner_labels,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------ without an engine
+
+
+def test_acquire_deadline_is_configurable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ACQUIRE_TIMEOUT_ENV, raising=False)
+    assert DockerBackend().acquire_timeout == 300.0
+    assert DockerBackend(acquire_timeout=2.5).acquire_timeout == 2.5
+    monkeypatch.setenv(ACQUIRE_TIMEOUT_ENV, "7")
+    assert DockerBackend().acquire_timeout == 7.0
+    monkeypatch.setenv(ACQUIRE_TIMEOUT_ENV, "soon")
+    with pytest.raises(ValueError, match=ACQUIRE_TIMEOUT_ENV):
+        DockerBackend()
+    with pytest.raises(ValueError, match="acquire_timeout"):
+        DockerBackend(acquire_timeout=0)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_only_a_dead_owner_on_this_host_makes_an_orphan() -> None:
+    mine = owner_labels()
+    assert mine[f"{LABEL}.owner.pid"] == str(os.getpid()) and mine[f"{LABEL}.owner.boot"]
+    assert not docker_engine.orphaned(mine), "a live process's containers are its own"
+    dead = owner_labels(_dead_pid())
+    dead[f"{LABEL}.owner.start"] = mine[f"{LABEL}.owner.start"]  # the label the dead process would have had
+    assert docker_engine.orphaned(dead)
+    reused = {**owner_labels(1), f"{LABEL}.owner.start": "1"}  # pid 1 alive, but started at another time
+    assert docker_engine.orphaned(reused)
+    assert not docker_engine.orphaned(owner_labels(1)), "pid 1 is alive with that start time"
+    for key, other in (("host", "another-host"), ("boot", "another-boot"), ("pidns", "pid:[1]")):
+        assert not docker_engine.orphaned({**dead, f"{LABEL}.owner.{key}": other}), key
+    assert not docker_engine.orphaned({LABEL: "1"}), "no owner labels: not provably ours"
+
+
+# ------------------------------------------------------------------ with an engine
+
+docker = pytest.mark.docker
+
+
+@docker
+async def test_acquire_past_the_bound_fails_clearly_in_time() -> None:
+    backend = DockerBackend(max_containers=1, acquire_timeout=0.5)
+    try:
+        held = await backend.acquire()
+        start = time.monotonic()
+        with pytest.raises(PoolExhausted) as caught:
+            await backend.acquire()
+        assert 0.4 < time.monotonic() - start < 5
+        message = str(caught.value)
+        for needed in ("bounded at 1 containers", "max_containers=N", MAX_CONTAINERS_ENV, ACQUIRE_TIMEOUT_ENV):
+            assert needed in message
+        assert isinstance(caught.value, TimeoutError)
+        await backend.release(held)
+        again = await backend.acquire()  # the slot came back: nothing leaked by the failed acquire
+        assert (await again.run_python("print(1)")).ok
+        await backend.release(again)
+    finally:
+        await backend.shutdown()
+
+
+def _containers(**labels: str) -> list[str]:
+    filters = ["--filter", f"label={LABEL}"] + [x for k, v in labels.items() for x in ("--filter", f"label={k}={v}")]
+    out = subprocess.run(["docker", "ps", "-aq", *filters], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+_HOLDER = """
+import asyncio, sys
+from sandboxes.docker_backend import DockerBackend
+
+async def main():
+    backend = DockerBackend(max_containers=2)
+    held = [await backend.acquire() for _ in range(2)]
+    print(" ".join(s.container_id for s in held), flush=True)
+    await asyncio.sleep(120)
+
+asyncio.run(main())
+"""
+
+
+@docker
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signalled_process_removes_its_containers(signum: int) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER], stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ}
+    )
+    try:
+        assert proc.stdout is not None
+        ids = proc.stdout.readline().split()
+        assert len(ids) == 2
+        assert len(_containers(**{f"{LABEL}.owner.pid": str(proc.pid)})) == 2
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert _containers(**{f"{LABEL}.owner.pid": str(proc.pid)}) == [], f"containers left after {signum!r}"
+
+
+@docker
+async def test_a_new_backend_reaps_a_dead_processes_containers_only() -> None:
+    import docker as sdk
+
+    from sandboxes.docker_policy import DockerConfig, container_spec
+    from sandboxes.image import image_tag
+
+    client = sdk.from_env()
+    mine = owner_labels()
+    dead = {**owner_labels(_dead_pid()), f"{LABEL}.owner.start": mine[f"{LABEL}.owner.start"]}
+    others = {
+        "dead": dead,
+        "other_host": {**dead, f"{LABEL}.owner.host": "another-host"},
+        "alive": owner_labels(1),
+        "unlabelled": {},
+    }
+    made = {}
+    try:
+        for name, labels in others.items():
+            spec = container_spec(DockerConfig(), image_tag(), {**labels, f"{LABEL}.test": name})
+            spec["command"] = ["sleep", "60"]
+            made[name] = client.containers.create(**spec).id
+        backend = DockerBackend(max_containers=1)
+        try:
+            sandbox = await backend.acquire()
+            await backend.release(sandbox)
+        finally:
+            await backend.shutdown()
+        left = {c.labels.get(f"{LABEL}.test") for c in client.containers.list(all=True, filters={"label": LABEL})}
+        assert "dead" not in left and [made["dead"][:12]] == [r for r in backend.reaped if r == made["dead"][:12]]
+        assert {"other_host", "alive", "unlabelled"} <= left, "reaped a container that was not provably ours"
+    finally:
+        for cid in made.values():
+            try:
+                client.containers.get(cid).remove(force=True)
+            except sdk.errors.NotFound:
+                pass
+        client.close()
+
+
+@docker
+def test_bench_finishes_on_this_machine_within_its_bound() -> None:
+    env = {k: v for k, v in os.environ.items() if k != MAX_CONTAINERS_ENV}  # the default bound: 4 on 2 cores
+    argv = [sys.executable, "-m", "sandboxes.bench", "--n", "8", "--baseline-n", "4", "--total", "40", "--cold", "4"]
+    proc = subprocess.Popen(
+        [*argv, "--skip-local", "--max-seconds", "240"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr[-2000:]
+    figures = json.loads(stdout)
+    assert figures["docker"]["max_containers"] == 8
+    assert set(figures["docker"]["throughput_calls_per_s"]) == {"1", "4", "8"}
+    assert set(figures["targets"]) and "target docker_calls_per_s_c8>=400: " in stderr
+    assert _containers(**{f"{LABEL}.owner.pid": str(proc.pid)}) == [], "the benchmark left containers"
