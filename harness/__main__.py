@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from harness.compare import TASKS, CompareError
-from harness.presets import PRESETS
+from harness.benchmarks.presets import PRESETS
+from harness.reports.compare import TASKS, CompareError
 
 #: Defaults of the demo: small enough for 2 CPU cores in well under 15 minutes.
 DEMO_MODEL = "embedded/smollm2-tools"
@@ -149,15 +149,15 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--out-dir", default="results/demo")
     d.add_argument("--display", default=None, help="Inspect display (full, rich, plain, none)")
 
-    from harness.serve import add_arguments as add_serve_arguments
+    from harness.engines.serve import add_arguments as add_serve_arguments
 
     add_serve_arguments(sub.add_parser("serve", help="serve a local model with transformers serve on 127.0.0.1"))
     return parser
 
 
 def compare_main(args: argparse.Namespace) -> int:
-    from harness.compare import read_arms, run_arms
-    from harness.report import side_by_side, write_report
+    from harness.reports.compare import read_arms, run_arms
+    from harness.reports.report import side_by_side, write_report
 
     run = args.run or _run_name()
     started = time.monotonic()
@@ -201,7 +201,7 @@ def compare_main(args: argparse.Namespace) -> int:
 
 
 def regression_main(args: argparse.Namespace) -> int:
-    from harness.regression import regression
+    from harness.reports.regression import regression
 
     log_dir = args.log_dir or str(Path("results/runs/regression") / _run_name())
     return regression(
@@ -210,9 +210,9 @@ def regression_main(args: argparse.Namespace) -> int:
 
 
 def demo_main(args: argparse.Namespace) -> int:
-    from harness.compare import read_arms, run_arms
-    from harness.generators import MATH_KINDS, generate, write_aime_jsonl
-    from harness.report import side_by_side, write_report
+    from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl
+    from harness.reports.compare import read_arms, run_arms
+    from harness.reports.report import side_by_side, write_report
 
     run = args.run or _run_name()
     out = Path(args.out_dir) / run
@@ -271,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "regression":
             return regression_main(args)
         if args.command == "serve":
-            from harness.serve import run as serve_main
+            from harness.engines.serve import run as serve_main
 
             return serve_main(args)
         return demo_main(args)

@@ -6,10 +6,10 @@ inspect eval tasks/aime25.py --model embedded/smollm2 -T data=fixture --limit 3
 
 from inspect_ai import Task, task
 
-from harness.datasets import load_aime25
+from harness.benchmarks.datasets import load_aime25
+from harness.core.saar import Similarity
 from harness.evals.scorers import math_scorer
 from harness.evals.tasks import SandboxName, TaskOptions, benchmark_task
-from harness.saar import Similarity
 
 
 @task
@@ -35,7 +35,7 @@ def aime25(
     """AIME 2025 with the shared rollout core.
 
     Args:
-        preset: a named protocol ("cleaner-paper": the authors' evaluation; see harness.presets).
+        preset: a named protocol ("cleaner-paper": the authors' evaluation; see harness.benchmarks.presets).
         saar: SAAR (rollback) at inference. Unset: the preset's choice, else off.
         saar_prob, gamma, similarity, max_retries: SAAR's parameters (paper: 1.0, 0.5, "code", 3).
         max_turns, max_total_tokens, timeout, output_chars: the rollout's limits.

@@ -8,10 +8,10 @@ The hub dataset is gated: accept its terms on the dataset page and set HF_TOKEN,
 
 from inspect_ai import Task, task
 
-from harness.datasets import load_gpqa
+from harness.benchmarks.datasets import load_gpqa
+from harness.core.saar import Similarity
 from harness.evals.scorers import gpqa_scorer
 from harness.evals.tasks import SandboxName, TaskOptions, benchmark_task
-from harness.saar import Similarity
 
 
 @task
@@ -37,7 +37,7 @@ def gpqa(
     """GPQA-Diamond with the shared rollout core (choices shuffled with `seed`).
 
     Args:
-        preset: a named protocol ("cleaner-paper": the authors' evaluation; see harness.presets).
+        preset: a named protocol ("cleaner-paper": the authors' evaluation; see harness.benchmarks.presets).
         saar: SAAR (rollback) at inference. Unset: the preset's choice, else off.
         saar_prob, gamma, similarity, max_retries: SAAR's parameters (paper: 1.0, 0.5, "code", 3).
         max_turns, max_total_tokens, timeout, output_chars: the rollout's limits.

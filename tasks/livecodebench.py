@@ -1,7 +1,7 @@
 """LiveCodeBench (code_generation_lite, release_v6): a program must pass every public and private test.
 
 The reference evaluation used problems dated 2025-02 to 2025-05 (the defaults). Tests run in the sandbox.
-The final ```python block is the answer, never a tool call (harness.problems: the "code" kind).
+The final ```python block is the answer, never a tool call (harness.core.problems: the "code" kind).
 
     inspect eval tasks/livecodebench.py --model sglang/Qwen/Qwen3-4B -T preset=cleaner-paper     # the paper's protocol
     inspect eval tasks/livecodebench.py --model embedded/smollm2 -T data=fixture --limit 3
@@ -9,10 +9,10 @@ The final ```python block is the answer, never a tool call (harness.problems: th
 
 from inspect_ai import Task, task
 
-from harness.datasets import load_livecodebench
+from harness.benchmarks.datasets import load_livecodebench
+from harness.core.saar import Similarity
 from harness.evals.scorers import code_scorer
 from harness.evals.tasks import SandboxName, TaskOptions, benchmark_task
-from harness.saar import Similarity
 
 
 @task
@@ -41,7 +41,7 @@ def livecodebench(
     """LiveCodeBench with the shared rollout core.
 
     Args:
-        preset: a named protocol ("cleaner-paper": the authors' evaluation; see harness.presets).
+        preset: a named protocol ("cleaner-paper": the authors' evaluation; see harness.benchmarks.presets).
         saar: SAAR (rollback) at inference. Unset: the preset's choice, else off.
         saar_prob, gamma, similarity, max_retries: SAAR's parameters (paper: 1.0, 0.5, "code", 3).
         max_turns, max_total_tokens, timeout, output_chars: the rollout's limits.

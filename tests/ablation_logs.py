@@ -25,7 +25,7 @@ def trajectory(
     error_kinds: dict[str, int] | None = None,
     events: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A trajectory summary shaped like :meth:`harness.rollout.Trajectory.summary`."""
+    """A trajectory summary shaped like :meth:`harness.core.rollout.Trajectory.summary`."""
     events = events or []
     return {
         "saar_on": saar_on,

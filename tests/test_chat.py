@@ -1,4 +1,4 @@
-"""harness.chat: the one rendering of a trajectory, for templates with and without tool support."""
+"""harness.core.chat: the one rendering of a trajectory, for templates with and without tool support."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from harness import chat
-from harness.messages import Message, system, tool, user
-from harness.protocol import CALL_CLOSE, TOOL_SCHEMA, ToolCall, parse_turn, serialize_call
+from harness.core import chat
+from harness.core.messages import Message, system, tool, user
+from harness.core.protocol import CALL_CLOSE, TOOL_SCHEMA, ToolCall, parse_turn, serialize_call
 
 # A ChatML template without tool support, rendering the way SmolLM2-135M-Instruct's does
 # (a default system turn only when the conversation has none; here our tool prompt is always first).
@@ -146,7 +146,7 @@ def test_smollm2_template_renders_the_inline_form() -> None:
     """The real SmolLM2 tokenizer (from the embedded GGUF): no tool support, exact inline text."""
     from transformers import AutoTokenizer
 
-    from harness.models import embedded_gguf_path
+    from harness.engines.models import embedded_gguf_path
 
     gguf = embedded_gguf_path()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)

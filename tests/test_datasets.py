@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import datasets as ds
-from harness.datasets import DatasetError, GatedDatasetError, Problem
-from harness.lcb import problem_tests
-from harness.prompts import LETTERS, shuffle_choices
+from harness.benchmarks import datasets as ds
+from harness.benchmarks.datasets import DatasetError, GatedDatasetError, Problem
+from harness.benchmarks.lcb import problem_tests
+from harness.core.prompts import LETTERS, shuffle_choices
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:

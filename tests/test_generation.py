@@ -1,4 +1,4 @@
-"""harness.generation: batched, per-row seeded generation on the real embedded model.
+"""harness.engines.generation: batched, per-row seeded generation on the real embedded model.
 
 Exact comparisons run the model in float32: there a padded batch computes every row
 exactly as the row alone. (In bfloat16, attention over a padded batch rounds differently,
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from harness import chat
-from harness.generation import Batcher, Request, Sampling, generate_batch, sample_token, seeded_generator
-from harness.messages import user
+from harness.core import chat
+from harness.core.messages import user
+from harness.engines.generation import Batcher, Request, Sampling, generate_batch, sample_token, seeded_generator
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 
@@ -188,7 +188,7 @@ async def test_a_cancelled_caller_leaves_the_running_batch(f32: tuple[Any, Any])
         rows.extend(len(r.token_ids) for r in results)
         return results
 
-    import harness.generation as generation
+    import harness.engines.generation as generation
 
     generation.generate_batch, saved = spy, generation.generate_batch
     try:

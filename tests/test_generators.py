@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.datasets import load_aime24, load_livecodebench
-from harness.generators import KINDS, MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
-from harness.lcb import problem_tests
+from harness.benchmarks.datasets import load_aime24, load_livecodebench
+from harness.benchmarks.generators import KINDS, MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
+from harness.benchmarks.lcb import problem_tests
 
 
 def test_same_seed_same_problems_other_seed_other_problems():

@@ -18,8 +18,8 @@ from needs import import_or_skip
 
 import_or_skip("openrlhf")
 
-from trainers import gpu_smoke  # noqa: E402
-from trainers.launcher import RecipeError, openrlhf_checks  # noqa: E402
+from trainers.core.recipes import RecipeError, openrlhf_checks  # noqa: E402
+from trainers.openrlhf_plugin import gpu_smoke  # noqa: E402
 
 
 @pytest.fixture(scope="module")

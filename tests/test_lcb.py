@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.datasets import load_livecodebench
-from harness.lcb import (
+from harness.benchmarks.datasets import load_livecodebench
+from harness.benchmarks.lcb import (
     CodeGrade,
     GradingError,
     build_grading_program,

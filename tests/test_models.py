@@ -1,4 +1,4 @@
-"""harness.models and the ``embedded`` Inspect provider (harness.evals.embedded).
+"""harness.engines.models and the ``embedded`` Inspect provider (harness.evals.embedded).
 
 The slow tests load the real embedded SmolLM2-135M-Instruct GGUF once per session
 (into a session-local model cache) and run a real one-sample Inspect eval on it.
@@ -27,10 +27,11 @@ from inspect_ai.model import (
 )
 from inspect_ai.tool import ToolCall as InspectToolCall
 
-from harness import chat, models
+from harness.core import chat
+from harness.core.messages import user
+from harness.core.protocol import CALL_CLOSE, serialize_call
+from harness.engines import models
 from harness.evals import embedded
-from harness.messages import user
-from harness.protocol import CALL_CLOSE, serialize_call
 
 # ----------------------------------------------------------------- specs (fast)
 
@@ -99,7 +100,7 @@ def test_the_model_cache_is_keyed_by_content_not_by_path(tmp_path: Path) -> None
     """Each clone or virtualenv installs the same GGUF at another path: one cache entry must serve them all."""
     import torch
 
-    from harness import serve
+    from harness.engines import serve
 
     first, second, other = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf", tmp_path / "c" / "m.gguf"
     for path, data in ((first, b"weights"), (second, b"weights"), (other, b"weightz")):

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from inspect_ai import eval as inspect_eval
 
-from harness.compare import arm_from_log
-from harness.presets import PRESETS, EvalProtocol, resolve
+from harness.benchmarks.presets import PRESETS, EvalProtocol, resolve
+from harness.reports.compare import arm_from_log
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,9 +76,9 @@ def test_the_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None:
 
 async def test_code_problems_never_run_the_final_python_block(local_sandbox) -> None:
     """The parse mode comes from the problem kind, wherever the rollout config is built."""
-    from harness.messages import Generation, user
-    from harness.problems import rollout_config
-    from harness.rollout import rollout
+    from harness.core.messages import Generation, user
+    from harness.core.problems import rollout_config
+    from harness.core.rollout import rollout
 
     answer = "Here is my solution.\n```python\nprint(input())\n```"
 

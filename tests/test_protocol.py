@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.messages import Generation, Message, to_openai
-from harness.protocol import format_result, parse_turn, serialize_call, truncate_middle
-from harness.rollout import to_assistant
+from harness.core.messages import Generation, Message, to_openai
+from harness.core.protocol import format_result, parse_turn, serialize_call, truncate_middle
+from harness.core.rollout import to_assistant
 
 
 def test_hermes_call_is_split_into_reasoning_and_code():
@@ -124,9 +124,9 @@ def _check_strict_history(messages: list[dict]) -> None:
 async def test_a_history_with_a_malformed_call_is_one_a_strict_server_accepts(local_sandbox):
     from inspect_ai.model import messages_to_openai
 
+    from harness.core.messages import user
+    from harness.core.rollout import RolloutConfig, rollout
     from harness.evals.convert import to_inspect
-    from harness.messages import user
-    from harness.rollout import RolloutConfig, rollout
 
     bad = '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"\n</tool_call>'
     turns = [bad, serialize_call("print(1)"), serialize_call("print(2)"), "Done: \\boxed{2}"]

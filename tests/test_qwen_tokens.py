@@ -16,9 +16,9 @@ from types import SimpleNamespace
 import pytest
 from qwen_artifacts import chat_template, qwen_tokenizer
 
-from harness.messages import Message
-from harness.protocol import CALL_CLOSE, CALL_OPEN
-from trainers.tokens import SampledStore, TemplateError, assemble
+from harness.core.messages import Message
+from harness.core.protocol import CALL_CLOSE, CALL_OPEN
+from trainers.core.tokens import SampledStore, TemplateError, assemble
 
 #: (text, ids) published for Qwen2.5 / Qwen3 tokenizers: transformers' Qwen2 tokenizer integration test
 #: (Qwen2.5-VL-7B-Instruct's tokenizer), rtp-llm's Qwen2 tokenizer test, a Qwen2.5-7B-Instruct chat
@@ -121,8 +121,8 @@ def _one_turn(tokenizer, text: str):
     store = SampledStore()
     text, ids = _sampled(tokenizer, text)
     store.add(text, ids)
-    from harness.messages import Generation
-    from harness.rollout import to_assistant
+    from harness.core.messages import Generation
+    from harness.core.rollout import to_assistant
 
     turn = to_assistant(Generation(text=text, output_tokens=len(ids), token_ids=ids))
     messages = [Message("user", "What is 6 * 7?"), turn]
@@ -207,8 +207,8 @@ class OneSandbox:
 
 
 async def run_executor(tokenizer, turns, sandbox, *, max_length=8192, max_tokens=None, **config):
-    from trainers.data import TrainItem
-    from trainers.executor import AgentExecutor, ExecutorConfig
+    from trainers.core.data import TrainItem
+    from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig
 
     config.setdefault("saar", {"enabled": True, "prob": 1.0})
     backend = OneSandbox(sandbox)
@@ -223,7 +223,7 @@ async def run_executor(tokenizer, turns, sandbox, *, max_length=8192, max_tokens
 
 def check_sequence(tokenizer, result, traj, engine):
     """Invariants of the returned sequence that hold for every trajectory."""
-    from trainers._compat import get_render
+    from trainers.core._compat import get_render
 
     ids, ranges = result["observation_tokens"], result["action_ranges"]
     sampled = {t for out in engine.outputs for t in out}
@@ -346,7 +346,7 @@ async def test_per_turn_budget_is_the_smaller_of_max_new_tokens_and_what_is_left
 
 
 def len_prompt(tokenizer) -> int:
-    from trainers._compat import get_render
+    from trainers.core._compat import get_render
 
     item_prompt = f"What is {A} * {B}? Put the answer in \\boxed{{}}."
     return len(enc(tokenizer, get_render()(tokenizer, [Message("user", item_prompt)], add_generation_prompt=True)))
@@ -372,7 +372,7 @@ async def test_sandbox_is_leased_per_program_run_within_the_pool():
     import asyncio
 
     from sandboxes.backends import get_backend
-    from trainers.executor import _LeasedSandbox
+    from trainers.openrlhf_plugin.executor import _LeasedSandbox
 
     backend = get_backend("local")
     busy = {"now": 0, "max": 0, "leases": 0}
@@ -399,9 +399,9 @@ async def test_sandbox_is_leased_per_program_run_within_the_pool():
 
 def test_evaluation_hands_the_provider_the_same_content_as_training(tok):
     """Inspect's sglang/vllm providers render with the same template: they get the content without the separator."""
+    from harness.core.messages import Generation, to_openai
+    from harness.core.rollout import to_assistant
     from harness.evals.convert import to_inspect
-    from harness.messages import Generation, to_openai
-    from harness.rollout import to_assistant
 
     turn = to_assistant(Generation(text="Let me compute this.\n" + qwen_call("print(6 * 7)")))
     assert turn.content == "Let me compute this.\n"  # the parsed reasoning keeps what the model wrote

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.__main__ import main
-from harness.regression import BASELINES_DIR, BaselineError, load_baseline, regression
+from harness.reports.regression import BASELINES_DIR, BaselineError, load_baseline, regression
 
 T, E = logs.trajectory, logs.event
 MODEL = "replay/test.yaml"

@@ -10,8 +10,8 @@ import ablation_logs as logs
 import pytest
 
 from harness.__main__ import main
-from harness.compare import CompareError, read_arms, task_file, task_name
-from harness.report import PLOTS, mcnemar_exact, paired_test, pass_at_k, summarize, write_report
+from harness.reports.compare import CompareError, read_arms, task_file, task_name
+from harness.reports.report import PLOTS, mcnemar_exact, paired_test, pass_at_k, summarize, write_report
 
 T, E = logs.trajectory, logs.event
 

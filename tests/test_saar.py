@@ -11,11 +11,11 @@ import random
 
 import pytest
 
-from harness import protocol
-from harness.messages import Generation, Message, user
-from harness.replay import ReplayScript
-from harness.rollout import RolloutConfig, Trajectory, rollout
-from harness.saar import SaarConfig, similarity
+from harness.core import protocol
+from harness.core.messages import Generation, Message, user
+from harness.core.rollout import RolloutConfig, Trajectory, rollout
+from harness.core.saar import SaarConfig, similarity
+from harness.engines.replay import ReplayScript
 
 
 def call(code: str, reasoning: str = "") -> str:
@@ -231,7 +231,7 @@ async def test_every_parsed_call_has_its_own_id(local_sandbox):
 
 
 async def test_generation_seeds_per_turn_and_retry_identical_across_arms(local_sandbox):
-    from harness.seeds import generation_seed
+    from harness.core.seeds import generation_seed
 
     gens = [call(SYNTAX, "A.\n"), call(GOOD, "B.\n"), ANSWER]
     on_seen: list = []

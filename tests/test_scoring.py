@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from harness.scoring import (
+from harness.benchmarks.scoring import (
     STRICT_WINDOW,
     extract_boxed,
     extract_code,
@@ -242,7 +242,7 @@ def test_lenient_reward_is_bounded_from_a_worker_thread() -> None:
 
     program = (
         "import threading\n"
-        "from harness.scoring import lenient_reward\n"
+        "from harness.benchmarks.scoring import lenient_reward\n"
         "out = {}\n"
         "t = threading.Thread(target=lambda: out.update(r=lenient_reward('\\\\boxed{9^{9^{9^{9^{9}}}}}', '25')))\n"
         "t.start(); t.join()\n"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from inspect_ai.log import read_eval_log
 
-from harness.compare import log_files
-from harness.seeds import derive, generation_seed, trajectory_seed
+from harness.core.seeds import derive, generation_seed, trajectory_seed
+from harness.reports.compare import log_files
 
 
 def test_seeds_are_stable_distinct_and_31_bit() -> None:

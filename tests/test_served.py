@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from harness import chat
-from harness.messages import Message, ToolCall, system, to_openai, user
-from harness.protocol import TOOL_SCHEMA, serialize_call
-from harness.serve import LOOPBACK, Server, serve_argv, served_chat_template
+from harness.core import chat
+from harness.core.messages import Message, ToolCall, system, to_openai, user
+from harness.core.protocol import TOOL_SCHEMA, serialize_call
+from harness.engines.serve import LOOPBACK, Server, serve_argv, served_chat_template
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,12 +10,12 @@ from needs import import_or_skip
 import_or_skip("trl")
 import_or_skip("peft")
 
-from harness.metrics import first_attempts  # noqa: E402
-from harness.rollout import Trajectory  # noqa: E402
-from harness.saar import SaarEvent  # noqa: E402
-from trainers.ablation import AblationConfig, run_name, summarize, write_report  # noqa: E402
-from trainers.cpu_trainer import CpuConfig, shared_prompt_logps, train_cpu  # noqa: E402
-from trainers.launcher import load_recipe  # noqa: E402
+from harness.core.metrics import first_attempts  # noqa: E402
+from harness.core.rollout import Trajectory  # noqa: E402
+from harness.core.saar import SaarEvent  # noqa: E402
+from trainers.core.recipes import load_recipe  # noqa: E402
+from trainers.cpu.ablation import AblationConfig, run_name, summarize, write_report  # noqa: E402
+from trainers.cpu.trainer import CpuConfig, shared_prompt_logps, train_cpu  # noqa: E402
 
 TINY = """
 name: tiny
@@ -81,7 +81,7 @@ def test_first_attempts_leave_out_saar_regenerations():
 def test_shared_prompt_logps_equal_a_full_forward_pass_of_each_row():
     import torch
 
-    from harness.models import load_model
+    from harness.engines.models import load_model
 
     model, tok = load_model(None, dtype=torch.float32)
     prompts = [[1, 5, 9, 200, 300, 400, 17], [1, 5, 9, 200, 301, 402, 403, 18, 19]]

@@ -17,14 +17,14 @@ import_or_skip("openrlhf.utils.agent")
 
 from openrlhf.utils.agent import AgentExecutorBase  # noqa: E402
 
-from harness.protocol import serialize_call  # noqa: E402
-from harness.rollout import RolloutConfig, rollout  # noqa: E402
-from harness.saar import SaarConfig  # noqa: E402
+from harness.core.protocol import serialize_call  # noqa: E402
+from harness.core.rollout import RolloutConfig, rollout  # noqa: E402
+from harness.core.saar import SaarConfig  # noqa: E402
 from sandboxes.base import Sandbox  # noqa: E402
-from trainers import _compat  # noqa: E402
-from trainers.data import TrainItem  # noqa: E402
-from trainers.executor import AgentExecutor, ExecutorConfig  # noqa: E402
-from trainers.tokens import TemplateError, assemble  # noqa: E402
+from trainers.core import _compat  # noqa: E402
+from trainers.core.data import TrainItem  # noqa: E402
+from trainers.core.tokens import TemplateError, assemble  # noqa: E402
+from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig  # noqa: E402
 
 A, B = 12345678, 87654321
 ANSWER = str(A * B)
@@ -125,7 +125,7 @@ def test_executor_subclasses_openrlhf_base():
     assert issubclass(AgentExecutor, AgentExecutorBase)
     import importlib.util
 
-    import trainers.executor as mod
+    import trainers.openrlhf_plugin.executor as mod
 
     spec = importlib.util.spec_from_file_location("agent_module", mod.__file__)  # how OpenRLHF loads it
     loaded = importlib.util.module_from_spec(spec)
@@ -203,7 +203,7 @@ async def test_inference_and_training_paths_give_the_same_purified_messages(toke
     pending = list(texts)
 
     async def generate(messages, *, seed=None):
-        from harness.messages import Generation
+        from harness.core.messages import Generation
 
         return Generation(text=pending.pop(0), output_tokens=1)
 
@@ -232,7 +232,7 @@ def test_config_rejects_unknown_keys():
 
 
 def test_non_prefix_stable_template_is_reported(tokenizer):
-    from harness.messages import Message
+    from harness.core.messages import Message
 
     def bad_render(tok, messages, add_generation_prompt=True):
         return "".join(f"[{len(messages)}]{m.content}" for m in messages)
@@ -243,7 +243,7 @@ def test_non_prefix_stable_template_is_reported(tokenizer):
 
 
 async def test_a_code_items_final_python_block_is_its_answer_not_a_tool_call(tokenizer):
-    """Issue 9 item 2: the parse mode comes from the problem kind (harness.problems), in training too."""
+    """Issue 9 item 2: the parse mode comes from the problem kind (harness.core.problems), in training too."""
     answer = "Read the number and print it.\n```python\nprint(input())\n```"
     item = TrainItem(
         "echo-1", "Print the input.", "", "code", tests=[{"input": "3\n", "output": "3\n", "testtype": "stdin"}]

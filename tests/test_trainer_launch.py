@@ -9,8 +9,8 @@ import pytest
 from needs import import_or_skip
 
 from trainers.__main__ import main
-from trainers.data import DataError, TrainItem, bignum_items, export_openrlhf, item_from_row, load_items
-from trainers.launcher import RECIPES, RecipeError, load_recipe
+from trainers.core.data import DataError, TrainItem, bignum_items, export_openrlhf, item_from_row, load_items
+from trainers.core.recipes import RECIPES, RecipeError, load_recipe
 
 import_or_skip("openrlhf")
 
@@ -39,7 +39,7 @@ def test_4b_recipe_mirrors_the_reference(capsys):
     assert f["actor.eps_clip_low_high"] == ["0.2", "0.28"]
     assert f["actor.adam.lr"] == ["2e-06"]
     assert f["rollout.batch_size"] == ["128"] and f["rollout.n_samples_per_prompt"] == ["16"]
-    assert f["train.agent_func_path"] == ["trainers/executor.py"]
+    assert f["train.agent_func_path"] == ["trainers/openrlhf_plugin/executor.py"]
     assert f["algo.advantage.is_correction_level"] == ["off"]
     assert f["data.label_key"] == ["label"]
     runtime = json.loads(shlex.split(cmd)[shlex.split(cmd).index("--runtime-env-json") + 1])
@@ -138,7 +138,7 @@ def _runtime(cmd: str) -> dict:
 
 @pytest.mark.parametrize("name", ["qwen3-4b-cleaner", "qwen2.5-7b-cleaner"])
 def test_gpu_recipes_set_the_reference_lengths_and_install_the_project(name):
-    from trainers.launcher import project_requirements
+    from trainers.core.recipes import project_requirements
 
     cmd = load_recipe(name).shell()
     f = _flags(cmd)

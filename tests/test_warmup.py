@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from harness import protocol
-from harness.generators import generate
-from trainers.warmup import (
+from harness.benchmarks.generators import generate
+from harness.core import protocol
+from trainers.warmup.build import (
     Example,
     _batch_loss,
     build_demonstrations,
@@ -110,7 +110,7 @@ async def test_demonstrations_show_real_errors_and_train_only_on_the_fix():
 
 
 def test_warm_model_spec_without_its_adapter_names_the_rebuild_command(tmp_path, monkeypatch):
-    import harness.models as models
+    import harness.engines.models as models
 
     monkeypatch.setattr(models, "TOOLS_ADAPTER_DIR", tmp_path / "missing")
     with pytest.raises(models.ModelNotFoundError, match="python -m trainers warmup"):
@@ -120,7 +120,7 @@ def test_warm_model_spec_without_its_adapter_names_the_rebuild_command(tmp_path,
 def test_the_committed_adapter_is_small_and_says_how_it_was_built():
     import json
 
-    from harness.models import TOOLS_ADAPTER_DIR, resolve_spec
+    from harness.engines.models import TOOLS_ADAPTER_DIR, resolve_spec
 
     assert resolve_spec("smollm2-tools") == ("adapter", TOOLS_ADAPTER_DIR)
     weights = TOOLS_ADAPTER_DIR / "adapter_model.safetensors"
@@ -134,7 +134,7 @@ def test_the_committed_adapter_is_small_and_says_how_it_was_built():
 def test_warm_model_loads_as_the_base_model_plus_the_adapter():
     import torch
 
-    from harness.models import load_model
+    from harness.engines.models import load_model
 
     base, _ = load_model("smollm2")
     warm, tokenizer = load_model("smollm2-tools")

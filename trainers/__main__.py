@@ -8,9 +8,9 @@
   OpenRLHF prompt JSONL;
 * ``plot <metrics.jsonl>``: redraw a run's plot;
 * ``warmup [--steps N ...]``: the cold-start tool-use SFT that builds ``embedded/smollm2-tools``
-  (:mod:`trainers.warmup`);
+  (:mod:`trainers.warmup.build`);
 * ``ablation [--seeds 0 1 --steps N --run NAME]``: the CPU trainer with SAAR on and off from
-  the same warm start, with a report and plots (:mod:`trainers.ablation`).
+  the same warm start, with a report and plots (:mod:`trainers.cpu.ablation`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from trainers.launcher import RecipeError, load_recipe
+from trainers.core.recipes import RecipeError, load_recipe
 
 GPU_RECIPE = "qwen3-4b-cleaner"
 CPU_RECIPE = "cpu-smoke"
@@ -53,19 +53,19 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plot", help="draw metrics.jsonl as a PNG next to it")
     p.add_argument("metrics")
     p = sub.add_parser("warmup", help="cold-start tool-use SFT of the embedded model (builds embedded/smollm2-tools)")
-    from trainers.warmup import add_arguments
+    from trainers.warmup.build import add_arguments
 
     add_arguments(p)
     p = sub.add_parser(
         "warmup-measure", add_help=False, help="the warm model on held-out problems and fixtures (see --help)"
     )
     p = sub.add_parser("ablation", help="train with SAAR on and off from the same warm start; write a report")
-    from trainers import ablation
+    from trainers.cpu import ablation
 
     ablation.add_arguments(p)
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["warmup-measure"]:  # its own parser (and --help)
-        from trainers.warmup_measure import main as measure_main
+        from trainers.warmup.measure import main as measure_main
 
         return measure_main(argv[1:])
     args = parser.parse_args(argv)
@@ -90,19 +90,19 @@ def main(argv: list[str] | None = None) -> int:
             if gpu and recipe.openrlhf:
                 print(recipe.shell(), flush=True)
                 return subprocess.call(recipe.command())
-            from trainers.cpu_trainer import train_cpu
+            from trainers.cpu.trainer import train_cpu
 
             run_dir = train_cpu(recipe, run_name=args.run, resume=args.resume)
             print(f"metrics: {run_dir / 'metrics.jsonl'}\nplot: {run_dir / 'metrics.png'}")
             return 0
         if args.cmd == "prepare-data":
-            from trainers.data import export_openrlhf, load_open_agentrl
+            from trainers.core.data import export_openrlhf, load_open_agentrl
 
             items = load_open_agentrl(args.source, limit=args.limit)
             print(f"{export_openrlhf(items, args.out)}: {len(items)} prompts")
             return 0
         if args.cmd == "warmup":
-            from trainers.warmup import config_from_args, train
+            from trainers.warmup.build import config_from_args, train
 
             train(config_from_args(args))
             return 0
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             print(ablation.run_ablation(ablation.config_from_args(args)))
             return 0
         if args.cmd == "plot":
-            from trainers.plot import plot_metrics
+            from trainers.core.plot import plot_metrics
 
             print(plot_metrics(args.metrics, Path(args.metrics).with_suffix(".png")))
             return 0

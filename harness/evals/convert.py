@@ -16,8 +16,8 @@ from inspect_ai.model import (
 from inspect_ai.tool import ToolCall as InspectToolCall
 from inspect_ai.tool import ToolInfo, ToolParams
 
-from harness import protocol
-from harness.messages import Generation, Message, tool_response_text
+from harness.core import protocol
+from harness.core.messages import Generation, Message, tool_response_text
 
 #: Every stop reason Inspect reports, and whether it means the turn was cut short (so it is
 #: no answer and the rollout ends with ``length``): the output limit (``max_tokens``), the

@@ -2,10 +2,10 @@
 
 ``--model embedded/smollm2`` runs the embedded SmolLM2-135M-Instruct GGUF;
 ``--model embedded/<path>`` runs any local ``.gguf`` file or Hugging Face directory
-(see :mod:`harness.models`). The conversation is rendered with :func:`harness.chat.render`,
+(see :mod:`harness.engines.models`). The conversation is rendered with :func:`harness.core.chat.render`,
 the same function training uses, so a model is evaluated on exactly the text it is
 trained on. The completion is returned as raw text: the harness's solver parses tool
-calls from it with :mod:`harness.protocol`.
+calls from it with :mod:`harness.core.protocol`.
 
 Model args (``-M name=value``): ``dtype`` (``bfloat16``, default, or ``float32``),
 ``device`` (default ``cpu``), ``cache`` (convert a GGUF once into the model cache; default
@@ -19,7 +19,7 @@ times slower; ``-M threads=2`` or more pays off only on an otherwise idle machin
 ``batch_window`` (default 0.05 s: how long a batch's first request waits for others).
 
 Each model is loaded once per process and shared by every instance of the provider.
-Concurrent requests are generated together by :class:`harness.generation.Batcher`, each
+Concurrent requests are generated together by :class:`harness.engines.generation.Batcher`, each
 row with its own sampler seeded from its request's ``seed`` (``GenerateConfig.seed``), so a
 seeded request's tokens do not depend on the order of arrival. In bfloat16 (the default)
 a padded batch computes attention with slightly different rounding than a lone row, so
@@ -44,10 +44,10 @@ from inspect_ai.model import (
 )
 from inspect_ai.tool import ToolChoice, ToolInfo
 
-from harness import chat
+from harness.core import chat
+from harness.core.protocol import CALL_CLOSE
+from harness.engines.generation import Batcher, Request, Result, Sampling
 from harness.evals.convert import from_inspect
-from harness.generation import Batcher, Request, Result, Sampling
-from harness.protocol import CALL_CLOSE
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -70,7 +70,7 @@ class LoadedModel:
     _batcher: Batcher | None = None
 
     def batcher(self, max_batch: int = DEFAULT_MAX_BATCH, window_s: float = DEFAULT_WINDOW_S) -> Batcher:
-        """The one :class:`~harness.generation.Batcher` of this model, with the limits of the latest caller."""
+        """The one :class:`~harness.engines.generation.Batcher` of this model, with the limits of the latest caller."""
         with _models_lock:
             if self._batcher is None:
                 self._batcher = Batcher(
@@ -89,7 +89,7 @@ def shared_model(spec: str | None, *, dtype: str = "bfloat16", device: str = "cp
     """The process-wide instance of a model (loaded on first use)."""
     import torch
 
-    from harness.models import load_model, resolve_spec
+    from harness.engines.models import load_model, resolve_spec
 
     if dtype not in ("bfloat16", "float32", "float16"):
         raise ValueError(f"embedded model arg dtype={dtype!r} is not one of bfloat16, float32, float16")

@@ -20,7 +20,7 @@ from inspect_ai.model import (
 from inspect_ai.tool import ToolChoice, ToolInfo
 from inspect_ai.util import store
 
-from harness.replay import ReplayScript
+from harness.engines.replay import ReplayScript
 
 _COUNTER = "replay:calls"
 

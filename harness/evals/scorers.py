@@ -1,9 +1,9 @@
-"""Inspect scorers for the four benchmarks, over the shared scoring in :mod:`harness.scoring`.
+"""Inspect scorers for the four benchmarks, over the shared scoring in :mod:`harness.benchmarks.scoring`.
 
 Every scorer returns one dict-valued score per sample: ``accuracy`` (1/0) plus the
 trajectory's tool and SAAR counters, so one log carries pass@1 with stderr, the
 tool-call failure rate and SAAR events by kind. The counters are those of
-:mod:`harness.metrics` under the same names, so ``mean()`` of ``tool_failure_rate`` here is
+:mod:`harness.core.metrics` under the same names, so ``mean()`` of ``tool_failure_rate`` here is
 the report's ``tool_failure_rate`` (the per-sample mean, not the pooled rate).
 
 The value stays a dict rather than the bare 1/0 that Inspect's guide prefers: Inspect
@@ -11,7 +11,7 @@ reduces epochs per key of the value but keeps only the first epoch's metadata, s
 counters moved to metadata would silently describe epoch 1 only. The epoch reducers
 (``mean``, ``pass_at_k``) therefore also reach the counters; read them with ``mean``
 and the accuracy with both. The judging itself lives in
-:mod:`harness.scoring` and :mod:`harness.lcb` (shared with the training reward).
+:mod:`harness.benchmarks.scoring` and :mod:`harness.benchmarks.lcb` (shared with the training reward).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import TaskState
 
-from harness import lcb, scoring
-from harness.datasets import Problem
+from harness.benchmarks import lcb, scoring
+from harness.benchmarks.datasets import Problem
+from harness.core.metrics import TrajectoryMetrics
 from harness.evals.solver import TRAJECTORY, current_sandbox
-from harness.metrics import TrajectoryMetrics
 
 METRICS: dict[str, Any] = {
     "accuracy": [mean(), stderr()],
@@ -38,7 +38,7 @@ METRICS: dict[str, Any] = {
 
 
 def trajectory_values(state: TaskState) -> dict[str, float]:
-    """The per-sample counters every benchmark reports next to its accuracy (:mod:`harness.metrics` names)."""
+    """The per-sample counters every benchmark reports next to its accuracy (:mod:`harness.core.metrics` names)."""
     m = TrajectoryMetrics.from_summary(state.metadata.get(TRAJECTORY, {})).scalars()
     keep = ("tool_failure_rate", "tool_calls", "failures_kept", "saar_shallow", "saar_deep", "saar_purified")
     return {**{k: m[k] for k in keep}, "tokens_generated": m["tokens_generated"]}

@@ -1,9 +1,9 @@
 """The Inspect face of the rollout core: one solver that runs a tool-use trajectory with SAAR.
 
-The solver hands Inspect's model to :func:`harness.rollout.rollout` as its
+The solver hands Inspect's model to :func:`harness.core.rollout.rollout` as its
 ``generate`` and the sample's sandbox as its executor. Every generation is sent with its
 own seed (a per-call ``GenerateConfig(seed=...)``, which overrides any run-wide seed):
-the (sample, epoch) seed comes from the task's ``seed`` (:mod:`harness.seeds`), so epochs
+the (sample, epoch) seed comes from the task's ``seed`` (:mod:`harness.core.seeds`), so epochs
 are different samples while both SAAR arms sample a (sample, epoch) from the same seeds. The purified trajectory
 becomes the sample's messages, its SAAR events go to the transcript (so ``inspect
 view`` shows what was purified) and to the sample's metadata (for scorers and
@@ -18,10 +18,10 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.util import sandbox as inspect_sandbox
 from inspect_ai.util import span
 
+from harness.core.messages import Generation, Message
+from harness.core.rollout import RolloutConfig, rollout
+from harness.core.seeds import trajectory_seed
 from harness.evals.convert import PYTHON_TOOL, to_generation, to_inspect
-from harness.messages import Generation, Message
-from harness.rollout import RolloutConfig, rollout
-from harness.seeds import trajectory_seed
 from sandboxes.base import Sandbox
 
 #: Key of the trajectory summary in a sample's metadata.
@@ -40,8 +40,8 @@ def saar_agent(config: RolloutConfig, run_seed: int = 0) -> Solver:
     """Run the shared rollout loop (tool calls, SAAR) for one sample.
 
     Args:
-        config: the rollout's limits, parse mode and SAAR settings (:func:`harness.problems.rollout_config`).
-        run_seed: the seed each (sample, epoch) derives its trajectory seed from (:mod:`harness.seeds`).
+        config: the rollout's limits, parse mode and SAAR settings (:func:`harness.core.problems.rollout_config`).
+        run_seed: the seed each (sample, epoch) derives its trajectory seed from (:mod:`harness.core.seeds`).
     """
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:

@@ -1,7 +1,7 @@
 """Building blocks of the four benchmark tasks (``tasks/*.py`` are thin wrappers over these).
 
 A task's arguments are its :class:`TaskOptions`: a preset name, the protocol settings
-(:class:`harness.presets.EvalProtocol`; ``None`` means "the preset's, or the default") and
+(:class:`harness.benchmarks.presets.EvalProtocol`; ``None`` means "the preset's, or the default") and
 where it runs (data, sandbox, seed). :func:`benchmark_task` resolves the protocol for the
 task's problem kind and records it, with the preset's name, in the task's metadata (so in
 every eval log).
@@ -19,11 +19,11 @@ from inspect_ai.model import GenerateConfig
 from inspect_ai.scorer import Scorer
 from inspect_ai.util import SandboxEnvironmentSpec
 
-from harness.datasets import Problem
+from harness.benchmarks.datasets import Problem
+from harness.benchmarks.presets import PROTOCOL_FIELDS, EvalProtocol, resolve
+from harness.core.problems import Kind
+from harness.core.saar import Similarity
 from harness.evals.solver import saar_agent
-from harness.presets import PROTOCOL_FIELDS, EvalProtocol, resolve
-from harness.problems import Kind
-from harness.saar import Similarity
 from sandboxes.inspect_provider import CleanerSandboxConfig, sandbox_metadata
 
 SandboxName = Literal["auto", "local", "docker"]
@@ -33,7 +33,7 @@ SandboxName = Literal["auto", "local", "docker"]
 class TaskOptions:
     """The arguments every benchmark task takes (``-T name=value``); None: the preset's value or the default."""
 
-    preset: str | None = None  #: a named protocol of harness.presets (e.g. "cleaner-paper")
+    preset: str | None = None  #: a named protocol of harness.benchmarks.presets (e.g. "cleaner-paper")
     saar: bool | None = None
     saar_prob: float | None = None
     gamma: float | None = None

@@ -1,0 +1,117 @@
+"""Evaluation protocols by name: ``-T preset=cleaner-paper`` / ``python -m harness compare --preset``.
+
+An :class:`EvalProtocol` is every setting that decides what an evaluation measures: the
+SAAR switch and its parameters, the rollout limits, the sampling and the number of
+samples per problem. Without a preset a task runs :class:`EvalProtocol`'s defaults; with
+one it runs the preset's protocol for the task's problem kind. Task arguments given
+explicitly override either (so ``-T preset=cleaner-paper -T saar=false`` is the
+SAAR-off arm of the paper's protocol).
+
+``cleaner-paper`` is the protocol of the CLEANER authors' evaluation scripts (arXiv
+2601.15141, Open-CLEANER): AIME and GPQA with rollback ON at test time (3 retries) and
+16 samples per problem, LiveCodeBench with rollback OFF and 10 samples; temperature 1.0,
+top_p 0.6, 16 turns, 20480 response tokens, 4096 prompt tokens, tool output cut to 256
+characters. Their reported AIME/GPQA numbers therefore include SAAR at inference: this
+preset reproduces their table, and SAAR on vs off under it is the ablation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from harness.core.problems import Kind, check_kind, rollout_config
+from harness.core.rollout import RolloutConfig
+from harness.core.saar import SaarConfig, Similarity
+
+
+@dataclass(frozen=True)
+class EvalProtocol:
+    """What one task's evaluation measures (defaults: the harness's own, without a preset)."""
+
+    saar: bool = False  #: SAAR (rollback) at inference
+    saar_prob: float = 1.0  #: probability that SAAR is on for a trajectory
+    gamma: float = 0.5  #: similarity threshold between shallow and deep replacement
+    similarity: Similarity = "code"  #: "code" (the paper) or "call" (the reference's serialized call)
+    max_retries: int = 3  #: SAAR regenerations per failed call
+    max_turns: int = 16  #: assistant turns per trajectory
+    max_total_tokens: int | None = None  #: generated tokens kept per trajectory (the response length)
+    timeout: float = 10.0  #: seconds per tool call
+    output_chars: int = 256  #: characters of tool output shown to the model
+    epochs: int = 1  #: samples per problem (pass@1 is their mean)
+    temperature: float = 1.0
+    top_p: float = 0.6
+    max_tokens: int | None = None  #: tokens per generation (None: the provider's default)
+    max_prompt_tokens: int | None = None  #: the reference's prompt limit; recorded, not enforced (ours are shorter)
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or self.max_turns < 1:
+            raise ValueError(f"epochs and max_turns must be >= 1, got epochs={self.epochs}, max_turns={self.max_turns}")
+        self.saar_config()  # validates the SAAR fields
+
+    def saar_config(self) -> SaarConfig:
+        return SaarConfig(
+            enabled=self.saar,
+            prob=self.saar_prob,
+            gamma=self.gamma,
+            similarity=self.similarity,
+            max_retries=self.max_retries,
+        )
+
+    def rollout_config(self, kind: Kind) -> RolloutConfig:
+        """The rollout configuration of this protocol for problems of ``kind``."""
+        return rollout_config(
+            kind,
+            max_turns=self.max_turns,
+            max_total_tokens=self.max_total_tokens,
+            timeout=self.timeout,
+            output_chars=self.output_chars,
+            saar=self.saar_config(),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_PAPER = EvalProtocol(
+    saar=True,
+    max_retries=3,
+    epochs=16,
+    max_turns=16,
+    max_total_tokens=20480,
+    max_tokens=20480,
+    max_prompt_tokens=4096,
+    output_chars=256,
+    temperature=1.0,
+    top_p=0.6,
+)
+
+#: Named protocols, by problem kind.
+PRESETS: dict[str, dict[Kind, EvalProtocol]] = {
+    "cleaner-paper": {
+        "math": _PAPER,
+        "gpqa": _PAPER,
+        "code": replace(_PAPER, saar=False, epochs=10),
+    },
+}
+
+#: The task arguments that are protocol fields (the rest: data, sandbox, seed, preset).
+PROTOCOL_FIELDS = tuple(f.name for f in fields(EvalProtocol))
+
+
+def resolve(preset: str | None, kind: Kind, **given: Any) -> EvalProtocol:
+    """The protocol of a task: the preset's for ``kind`` (or the defaults), then every ``given`` value not None.
+
+    Raises:
+        ValueError: an unknown preset or protocol field.
+    """
+    if preset is None:
+        base = EvalProtocol()
+    elif preset in PRESETS:
+        base = PRESETS[preset][check_kind(kind)]
+    else:
+        raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(sorted(PRESETS))}")
+    unknown = sorted(set(given) - set(PROTOCOL_FIELDS))
+    if unknown:
+        raise ValueError(f"not protocol settings: {unknown}; settings: {', '.join(PROTOCOL_FIELDS)}")
+    return replace(base, **{k: v for k, v in given.items() if v is not None})

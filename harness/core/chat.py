@@ -1,0 +1,149 @@
+"""The one rendering of a trajectory into a model's prompt, for evaluation and training.
+
+Both faces call :func:`render` (or :func:`render_ids`), so the text a model is scored on
+is the text it is trained on. The model's own chat template does the rendering:
+
+* a template with tool support (its source mentions ``tools`` or ``tool_calls``, as
+  Qwen's does) gets ``tools=[TOOL_SCHEMA]`` and the messages with native tool calls;
+* a template without it (SmolLM2's) gets the tool description written into the system
+  message (:func:`tool_system_prompt`) and the calls inline, in the Hermes
+  ``<tool_call>`` form, with tool results as ``<tool_response>`` user turns.
+
+Generation stops at the end of a call (``</tool_call>``) or at the end of the turn
+(:func:`stop_strings`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from harness.core.messages import Message, to_openai
+from harness.core.protocol import CALL_CLOSE, TOOL_DESCRIPTION, TOOL_NAME, TOOL_SCHEMA, serialize_call
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+#: End-of-turn markers of common chat formats; those the tokenizer knows are stop strings.
+END_OF_TURN_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>")
+
+_TOOLS_IN_TEMPLATE = re.compile(r"\btools\b|\btool_calls\b")
+
+
+def tool_system_prompt() -> str:
+    """How to call the python tool, for models whose chat template has no tool support.
+
+    The Inspect face may put this into its system message; :func:`render` adds it only
+    when it is not already there.
+    """
+    example = serialize_call("import math\nprint(math.comb(10, 3))")
+    return (
+        f"You can run Python code with the tool `{TOOL_NAME}`. {TOOL_DESCRIPTION}\n\n"
+        "To call the tool, end your message with one call in exactly this form:\n"
+        f"{example}\n"
+        "The code is a JSON string, so write newlines as \\n and escape quotes. "
+        "The result comes back to you between <tool_response> and </tool_response>. "
+        "Make one call per message and use the tool as often as it helps.\n\n"
+        "When you know the final answer, reply without a tool call. Give the answer in the form the task asks "
+        "for; a number or a letter goes in \\boxed{}, for example \\boxed{120}."
+    )
+
+
+def chat_template_source(tokenizer: PreTrainedTokenizerBase) -> str:
+    """The tokenizer's chat template text (all named templates, when it has several)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        return "\n".join(str(t) for t in template.values())
+    if not template:
+        name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+        raise ValueError(f"tokenizer {name!r} has no chat template; an instruction-tuned model is needed")
+    return str(template)
+
+
+def supports_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the chat template renders tool schemas and tool calls itself."""
+    return bool(_TOOLS_IN_TEMPLATE.search(chat_template_source(tokenizer)))
+
+
+def conversation(
+    tokenizer: PreTrainedTokenizerBase, messages: list[Message], *, tools: bool = True
+) -> tuple[list[dict[str, Any]], bool]:
+    """The OpenAI-style messages handed to the template, and whether tools are passed natively.
+
+    ``tools=False`` leaves the tool description out (calls in the history are still rendered).
+    """
+    if not messages:
+        raise ValueError("cannot render an empty trajectory: at least one message is needed")
+    if supports_tools(tokenizer):
+        return to_openai(messages), tools
+    conv = to_openai(messages, inline_calls=True)
+    if not tools:
+        return conv, False
+    prompt = tool_system_prompt()
+    if conv[0]["role"] == "system":
+        content = conv[0]["content"]
+        if prompt not in content:
+            conv[0] = {**conv[0], "content": f"{content.rstrip()}\n\n{prompt}" if content.strip() else prompt}
+    else:
+        conv.insert(0, {"role": "system", "content": prompt})
+    return conv, False
+
+
+def render(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[Message],
+    *,
+    add_generation_prompt: bool = True,
+    tools: bool = True,
+) -> str:
+    """The prompt text of ``messages`` under the model's own chat template.
+
+    With ``add_generation_prompt`` the text ends where the next assistant turn begins.
+    ``tools=False`` renders without the python tool's description (for tool-less prompts).
+    """
+    conv, native = conversation(tokenizer, messages, tools=tools)
+    kwargs: dict[str, Any] = {"tools": [TOOL_SCHEMA]} if native else {}
+    text = tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+    if not isinstance(text, str):  # some tokenizers return a list for batched input
+        raise TypeError(f"chat template returned {type(text).__name__}, expected str")
+    return text
+
+
+def render_ids(
+    tokenizer: PreTrainedTokenizerBase,
+    messages: list[Message],
+    *,
+    add_generation_prompt: bool = True,
+    tools: bool = True,
+) -> list[int]:
+    """The token ids of :func:`render`'s text (special tokens come from the template, none are added)."""
+    text = render(tokenizer, messages, add_generation_prompt=add_generation_prompt, tools=tools)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def stop_strings(tokenizer: PreTrainedTokenizerBase | None = None) -> list[str]:
+    """Where a generated turn ends: after a complete tool call, or at the end of the turn.
+
+    The end-of-turn strings are the tokenizer's end-of-sequence token and the common
+    end-of-turn markers that are in its vocabulary. A generation that stops at
+    ``</tool_call>`` keeps the closing tag in its text.
+    """
+    stops = [CALL_CLOSE]
+    if tokenizer is None:
+        return stops + ["<|im_end|>"]
+    vocab = tokenizer.get_vocab()
+    eos = tokenizer.eos_token
+    candidates = ([eos] if isinstance(eos, str) else []) + list(END_OF_TURN_MARKERS)
+    for marker in candidates:
+        if marker and marker in vocab and marker not in stops:
+            stops.append(marker)
+    return stops
+
+
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Token ids that end a turn (the single-token entries of :func:`stop_strings`)."""
+    vocab = tokenizer.get_vocab()
+    ids = [vocab[s] for s in stop_strings(tokenizer) if s in vocab]
+    if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
+        ids.append(tokenizer.eos_token_id)
+    return ids

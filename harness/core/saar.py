@@ -1,0 +1,185 @@
+"""SAAR: Similarity-Aware Adaptive Rollback (CLEANER, arXiv 2601.15141).
+
+This file holds every SAAR rule; :mod:`harness.core.rollout` calls :func:`rollback`
+when a call fails. The behaviour follows the reference implementation
+(Open-CLEANER's tool agent loop):
+
+* On a failed call, the error is shown to the model as a tool message and ONE
+  assistant turn is regenerated. The error message is then removed again and the
+  regenerated turn is installed in place of the failed one, and its call runs.
+  A further failure repeats this relative to the turn now installed (the earlier
+  error is no longer in context), up to ``max_retries`` regenerations.
+* Granularity: ``difflib.SequenceMatcher(None, old, new).ratio()`` between the
+  failed call and the new one. ``ratio >= gamma``: *shallow*, the installed turn
+  keeps its reasoning and takes the new call. Otherwise, or when a turn has no
+  parsable call: *deep*, the regenerated turn replaces the whole turn.
+* Exhausted retries: the last error stays as an ordinary tool result (with a note
+  from 2 retries on) and rollback is off for the rest of the trajectory. A
+  regenerated turn without a call: the error and that turn stay, rollback off.
+  A regenerated turn that hit the length limit: the state before the error is
+  restored and the rollout ends. ``max_attempts`` tool calls per trajectory turn
+  rollback off, with a ``cap`` event (checked here only, before every regeneration).
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal, Protocol
+
+from harness.core import protocol
+from harness.core.messages import Generation, Message
+
+Similarity = Literal["code", "call"]
+Action = Literal["shallow", "deep", "no_call", "length", "exhausted", "cap"]
+
+
+@dataclass(frozen=True)
+class SaarConfig:
+    """SAAR switch and parameters (defaults: the paper and the reference scripts)."""
+
+    enabled: bool = False
+    prob: float = 1.0  #: probability that SAAR is on for a trajectory (the 70/30 curriculum: 0.7)
+    gamma: float = 0.5  #: similarity threshold between shallow and deep replacement
+    max_retries: int = 3  #: regenerations per failed turn (so at most 4 attempts)
+    similarity: Similarity = "code"  #: "code": the paper; "call": the reference's whole serialized call
+    max_attempts: int = 30  #: tool attempts per trajectory after which rollback turns off
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.prob <= 1.0:
+            raise ValueError(f"saar prob must be in [0, 1], got {self.prob}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"saar gamma must be in [0, 1], got {self.gamma}")
+        if self.max_retries < 0 or self.max_attempts < 1:
+            raise ValueError("saar max_retries must be >= 0 and max_attempts >= 1")
+        if self.similarity not in ("code", "call"):
+            raise ValueError(f"saar similarity must be 'code' or 'call', got {self.similarity!r}")
+
+    def draw(self, rng: random.Random) -> bool:
+        """Whether SAAR is on for one trajectory."""
+        return self.enabled and (self.prob >= 1.0 or rng.random() < self.prob)
+
+
+class RollbackState(Protocol):
+    """What SAAR reads and changes of a running rollout (:class:`harness.core.rollout.RolloutState` is one).
+
+    A protocol rather than the rollout's class, so that SAAR sits below the loop that calls it.
+    """
+
+    messages: list[Message]
+    rollback_on: bool
+
+    @property
+    def saar(self) -> SaarConfig: ...
+
+    @property
+    def assistant_turns(self) -> int: ...
+
+    def stop(self, reason: Literal["answer", "length"]) -> None: ...
+
+    def record(self, event: SaarEvent) -> None: ...
+
+    def cap_reached(self) -> bool: ...
+
+    async def generate_turn(
+        self, context: list[Message], *, turn: int, retry: int = 0
+    ) -> tuple[Generation, Message]: ...
+
+    async def execute(self, turn: Message) -> tuple[Message, bool, str | None]: ...
+
+
+@dataclass(frozen=True)
+class SaarEvent:
+    """One SAAR decision, recorded so an ablation can say which failures were purified.
+
+    ``turn`` is the index of the assistant turn (0-based) being corrected; ``retry``
+    the regeneration number (1..max_retries); ``error_kind`` the failure being
+    corrected; ``similarity`` the ratio between failed and new call (None when a
+    call could not be parsed); ``ok`` whether the installed call then ran;
+    ``failed_code`` and ``new_code`` the programs of the failed and the regenerated
+    call (shallow and deep events, when parsed), so a report can show what was purified.
+    """
+
+    turn: int
+    retry: int
+    action: Action
+    error_kind: str | None
+    similarity: float | None = None
+    ok: bool = False
+    tokens: int = 0
+    failed_code: str | None = None
+    new_code: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def similarity(old: Message, new: Message, mode: Similarity = "code") -> float | None:
+    """Ratio between the calls of two turns, or None when either has no parsed call."""
+    if old.call is None or new.call is None:
+        return None
+    a, b = (old.call.code, new.call.code) if mode == "code" else (old.call.raw, new.call.raw)
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+def replace_turn(installed: Message, regenerated: Message, cfg: SaarConfig) -> tuple[Message, Action, float | None]:
+    """The turn that takes the failed turn's place, and whether that was shallow or deep."""
+    ratio = similarity(installed, regenerated, cfg.similarity)
+    if ratio is not None and ratio >= cfg.gamma and regenerated.call is not None:
+        return installed.with_call(regenerated.call, regenerated.call_tokens), "shallow", ratio
+    return regenerated, "deep", ratio
+
+
+async def rollback(state: RollbackState, index: int, error: Message, error_kind: str | None) -> Message | None:
+    """Purify the failed turn at ``state.messages[index]`` whose call produced ``error``.
+
+    Returns the tool message to append after the (possibly replaced) turn, or None
+    when the rollout must end here (the regenerated turn hit the length limit, or it
+    answered without a call and was appended itself).
+    """
+    cfg = state.saar
+    turn = state.assistant_turns - 1
+    for retry in range(1, cfg.max_retries + 1):
+        if state.cap_reached():
+            state.rollback_on = False
+            state.record(SaarEvent(turn, retry, "cap", error_kind))
+            return error
+        installed = state.messages[index]
+        gen, regenerated = await state.generate_turn([*state.messages[: index + 1], error], turn=turn, retry=retry)
+        if gen.truncated:
+            state.record(SaarEvent(turn, retry, "length", error_kind, tokens=gen.output_tokens))
+            state.stop("length")
+            return None
+        if not regenerated.call and not regenerated.call_error:
+            state.rollback_on = False
+            state.record(SaarEvent(turn, retry, "no_call", error_kind, tokens=gen.output_tokens))
+            state.messages.append(error)
+            state.messages.append(regenerated)
+            state.stop("answer")
+            return None
+        new_turn, action, ratio = replace_turn(installed, regenerated, cfg)
+        state.messages[index] = new_turn
+        result_msg, ok, kind = await state.execute(new_turn)
+        state.record(
+            SaarEvent(
+                turn,
+                retry,
+                action,
+                error_kind,
+                ratio,
+                ok,
+                gen.output_tokens,
+                failed_code=installed.call.code if installed.call else None,
+                new_code=regenerated.call.code if regenerated.call else None,
+            )
+        )
+        if ok:
+            return result_msg
+        error, error_kind = result_msg, kind
+    # retries exhausted: the last error stays, with a note when it has been retried twice or more
+    state.rollback_on = False
+    state.record(SaarEvent(turn, cfg.max_retries + 1, "exhausted", error_kind))
+    if cfg.max_retries >= 2:
+        error = replace(error, content=error.content + protocol.retry_note(cfg.max_retries + 1))
+    return error

@@ -1,0 +1,83 @@
+"""The layering is a contract, not a drawing: pyproject's ``[tool.importlinter]`` contracts, run here.
+
+A lower layer never imports a higher one: ``trainers -> harness -> sandboxes``; inside ``harness/``,
+``evals -> reports -> engines | benchmarks -> core``; inside ``trainers/``, each face above ``core``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "sandboxes", "trainers")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("lint-imports")
+    if not exe.exists():
+        pytest.fail(f"lint-imports is not installed beside {sys.executable} (the test extra has import-linter)")
+    env = {**os.environ, "PYTHONPATH": str(root)}  # before the editable install: a copy's own tree is analysed
+    return subprocess.run(
+        [str(exe), "--config", str(root / "pyproject.toml"), "--no-cache"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_project_keeps_its_layers() -> None:
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "broken" not in result.stdout.split("Contracts:")[-1].replace("0 broken", "")
+
+
+@pytest.mark.parametrize(
+    ("module", "forbidden", "message"),
+    [
+        ("harness/core/seeds.py", "from harness.reports import report", "harness.core is not allowed to import"),
+        ("harness/benchmarks/lcb.py", "import harness.engines.replay", "harness.benchmarks is not allowed"),
+        ("sandboxes/base.py", "import harness.core.protocol", "sandboxes is not allowed to import harness"),
+        ("harness/core/rollout.py", "import trainers.core.reward", "harness is not allowed to import trainers"),
+        ("trainers/cpu/trainer.py", "import trainers.openrlhf_plugin.executor", "trainers.cpu is not allowed"),
+    ],
+)
+def test_a_forbidden_import_breaks_the_contract(tmp_path: Path, module: str, forbidden: str, message: str) -> None:
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    target = tmp_path / module
+    target.write_text(target.read_text() + f"\n{forbidden}  # added by the test\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert message in result.stdout, result.stdout
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_nothing_imports_tasks() -> None:
+    """tasks/ is the top: Inspect loads its files by path, and no package imports them."""
+    offenders = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if "tasks" in _imports(p)]
+    assert not offenders
+
+
+def test_harness_modules_live_in_their_concern() -> None:
+    loose = sorted(p.name for p in (ROOT / "harness").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert not loose, f"modules directly under harness/: {loose}; each belongs to a subpackage"

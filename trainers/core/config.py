@@ -1,0 +1,149 @@
+"""Configuration of the CLEANER agent executor (JSON in ``CLEANER_AGENT_CONFIG``).
+
+It lives apart from :mod:`trainers.openrlhf_plugin.executor` because OpenRLHF loads the executor file
+by path as an unregistered module, where dataclasses cannot be defined.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from harness.core.rollout import RolloutConfig
+from harness.core.saar import SaarConfig
+
+CONFIG_ENV = "CLEANER_AGENT_CONFIG"
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """What the executor needs beyond OpenRLHF's arguments (JSON in ``CLEANER_AGENT_CONFIG``)."""
+
+    saar: dict[str, Any] = field(default_factory=lambda: {"enabled": True, "prob": 1.0})
+    max_turns: int = 16
+    timeout: float = 10.0
+    output_chars: int = 256
+    sandbox: str | None = None  #: backend name for :func:`sandboxes.backends.get_backend` (None: the default)
+    lenient_reward: bool = False  #: judge math by equivalence instead of the reference's strict check
+    seed: int | None = None  #: seed of the per-trajectory SAAR draw (None: fresh randomness)
+    #: tool programs running at once per executor, i.e. per vLLM engine (a sandbox is leased per call)
+    sandbox_pool: int = 16
+    #: generated tokens a trajectory may have before the overlong penalty (the launcher copies rollout.max_new_tokens)
+    max_new_tokens: int | None = None
+    #: DAPO overlong buffer counted over generated tokens only (OpenRLHF 0.11.2's own counts tool output too)
+    overlong_buffer_len: int | None = None
+    overlong_penalty_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.sandbox_pool < 1:
+            raise ValueError(f"sandbox_pool must be >= 1, got {self.sandbox_pool!r}")
+        if self.overlong_buffer_len is not None:
+            if self.max_new_tokens is None:
+                raise ValueError("overlong_buffer_len needs max_new_tokens (the generated-token budget)")
+            if not 0 < self.overlong_buffer_len <= self.max_new_tokens:
+                raise ValueError(
+                    f"overlong_buffer_len must be in (0, max_new_tokens={self.max_new_tokens}], "
+                    f"got {self.overlong_buffer_len!r}"
+                )
+
+    def saar_config(self) -> SaarConfig:
+        return SaarConfig(**self.saar)
+
+    def rollout_config(self) -> RolloutConfig:
+        return RolloutConfig(
+            max_turns=self.max_turns, timeout=self.timeout, output_chars=self.output_chars, saar=self.saar_config()
+        )
+
+    @classmethod
+    def from_json(cls, text: str, where: str = CONFIG_ENV) -> ExecutorConfig:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where} is not JSON ({exc.msg})") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"{where} must be a JSON object")
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"{where}: unknown keys {sorted(unknown)}; known keys are {sorted(known)}")
+        cfg = cls(**data)
+        cfg.saar_config()  # validate now, not in the middle of a rollout
+        return cfg
+
+    @classmethod
+    def from_env(cls) -> ExecutorConfig:
+        text = os.environ.get(CONFIG_ENV)
+        return cls.from_json(text) if text else cls()
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def _help(default: Any, text: str, *, minimum: float | None = None, maximum: float | None = None) -> Any:
+    """A dataclass field with its help text and, for numbers, the bounds :func:`check_fields` enforces."""
+    return field(default=default, metadata={"help": text, "min": minimum, "max": maximum})
+
+
+def check_fields(cfg: Any, prefix: str) -> None:
+    """Check every field of a dataclass against its type and the bounds in its metadata.
+
+    Raises ValueError naming ``<prefix>.<field>``, the value and what is allowed.
+    """
+    for f in fields(cfg):
+        value, lo, hi = getattr(cfg, f.name), f.metadata.get("min"), f.metadata.get("max")
+        want = f.type if isinstance(f.type, type) else {"int": int, "float": float, "bool": bool}.get(str(f.type))
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+            object.__setattr__(cfg, f.name, value)
+        if want is not None and (not isinstance(value, want) or (want is not bool and isinstance(value, bool))):
+            raise ValueError(f"{prefix}.{f.name} must be {want.__name__}, got {value!r}")
+        if lo is not None and value < lo or hi is not None and value > hi:
+            bounds = f">= {lo}" if hi is None else f"in [{lo}, {hi}]" if lo is not None else f"<= {hi}"
+            raise ValueError(f"{prefix}.{f.name} must be {bounds}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class CpuConfig:
+    """The ``cpu:`` section of a recipe: the CPU embedded trainer (:mod:`trainers.cpu.trainer`)."""
+
+    steps: int = _help(4, "optimizer steps of the run", minimum=1)
+    prompts_per_step: int = _help(2, "distinct problems per step", minimum=1)
+    num_generations: int = _help(4, "rollouts per problem: the GRPO group, normalised together", minimum=2)
+    max_new_tokens: int = _help(96, "tokens generated per assistant turn", minimum=1)
+    max_total_tokens: int = _help(768, "tokens per trajectory, prompt and every turn included", minimum=16)
+    temperature: float = _help(0.9, "sampling temperature of rollouts", minimum=0.0)
+    top_p: float = _help(0.95, "nucleus sampling mass of rollouts", minimum=0.01, maximum=1.0)
+    learning_rate: float = _help(5e-5, "AdamW learning rate of the LoRA weights", minimum=0.0)
+    lora_r: int = _help(8, "LoRA rank (all linear layers)", minimum=1)
+    lora_alpha: int = _help(16, "LoRA scale numerator", minimum=1)
+    clip_low: float = _help(0.2, "PPO clip below 1 (CLEANER: 0.2)", minimum=0.0)
+    clip_high: float = _help(0.28, "PPO clip above 1 (CLEANER: 0.28, DAPO's clip-higher)", minimum=0.0)
+    save_steps: int = _help(1, "checkpoint every N steps (0: no checkpoints, so no --resume)", minimum=0)
+    seed: int = _help(0, "seed of data order, LoRA init, sampling and SAAR draws", minimum=0)
+    threads: int = _help(
+        1, "torch threads; more than the free cores thrash (63 s vs 7 s for 24 tokens on shared cores)", minimum=1
+    )
+    batch_window_s: float = _help(
+        0.2, "seconds the batcher waits for more rollouts' requests before generating a batch", minimum=0.0
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self, "cpu")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str) -> CpuConfig:
+        """The ``cpu`` mapping of the recipe at ``where``; errors name the file and the key."""
+        known = {f.name for f in fields(cls)}
+        if unknown := set(data) - known:
+            raise ValueError(f"{where}: unknown keys in 'cpu': {sorted(unknown)}; known: {sorted(known)}")
+        try:
+            return cls(**data)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from exc
+
+    @classmethod
+    def help(cls) -> str:
+        """Every key with its default and help text (for docs and ``--help``)."""
+        return "\n".join(f"{f.name} (default {f.default!r}): {f.metadata['help']}" for f in fields(cls))

@@ -1,0 +1,306 @@
+"""Training data: Open-AgentRL-30K (the reference's RL set) and the project's small set.
+
+Open-AgentRL-30K (hub id ``Gen-Verse/Open-AgentRL-30K``) is one parquet file in
+verl's RL layout, one row per problem:
+
+* ``data_source``: where the problem comes from (``math_dapo``, ``mega-science``, code
+  sources whose name contains ``code``, ...);
+* ``prompt``: a chat, a list of ``{"role", "content"}`` whose user message is the problem;
+* ``ability``: a domain label (``MATH``, ...);
+* ``reward_model``: ``{"ground_truth": ..., "style": "rule"}``, the answer string for
+  math and choice problems, and for code a JSON object of tests
+  (``{"inputs": [...], "outputs": [...], "fn_name"?: ...}``), sometimes as a string;
+* ``extra_info``: ``{"index": ...}`` and more.
+
+:func:`load_open_agentrl` reads it from the hub or from a local parquet / JSONL file or
+directory and turns each row into a :class:`TrainItem`. :func:`export_openrlhf` writes
+items as the JSONL OpenRLHF reads (``--data.input_key prompt --data.label_key label``):
+the label carries everything the agent executor needs to score a trajectory.
+
+:func:`bignum_items` is the small set written for the CPU trainer and the tests:
+arithmetic on big numbers, which a 135M model gets wrong by hand and can get right
+by calling the python tool (``trainers/data/bignum.jsonl`` holds it).
+
+:func:`generated_items` turns problems of the project's generators
+(:mod:`harness.benchmarks.generators`: big numbers, modular arithmetic, counting, AIME-style
+computations, stdin programs) into training items. The RL set the CPU recipes train on,
+``trainers/data/tools-rl.jsonl``, is drawn with :data:`RL_SEED`, a seed that neither the
+warm model's SFT (seeds from 0) nor its held-out measurement (seeds from 1000) uses.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core import prompts
+from harness.core.messages import Message
+from harness.core.problems import KINDS, Kind
+
+HUB_ID = "Gen-Verse/Open-AgentRL-30K"
+DATA_DIR = Path(__file__).parents[1] / "data"
+BIGNUM_PATH = DATA_DIR / "bignum.jsonl"
+RL_PATH = DATA_DIR / "tools-rl.jsonl"
+RL_SEED = 2000  #: seed of the CPU RL set (the warm SFT draws from 0, its held-out measurement from 1000)
+RL_SIZE = 64
+
+
+class DataError(ValueError):
+    """A training record is malformed; the message names the source and the record."""
+
+
+@dataclass(frozen=True)
+class TrainItem:
+    """One training problem: the user prompt and what scores an answer to it."""
+
+    id: str
+    prompt: str  #: the user message, answer-format instructions included
+    target: str = ""  #: the answer (math, gpqa letter); empty for code
+    kind: Kind = "math"
+    tests: list[dict[str, Any]] = field(default_factory=list)  #: code: {"input", "output", "testtype"}
+    fn_name: str | None = None  #: code: the method functional tests call
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise DataError(f"item {self.id!r}: kind must be math, gpqa or code, got {self.kind!r}")
+        if self.kind == "code" and not self.tests:
+            raise DataError(f"item {self.id!r}: a code item needs at least one test")
+        if self.kind != "code" and not str(self.target).strip():
+            raise DataError(f"item {self.id!r}: a {self.kind} item needs a non-empty target")
+
+    def messages(self) -> list[Message]:
+        """The prompt of a rollout (system prompt and tool schema are added by the chat rendering)."""
+        return [Message("user", self.prompt)]
+
+    def label(self) -> str:
+        """The item as a JSON label string (what OpenRLHF hands the executor back)."""
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_label(cls, label: str | dict[str, Any]) -> TrainItem:
+        """Parse a label written by :meth:`label` (or the same fields as a dict)."""
+        try:
+            data = json.loads(label) if isinstance(label, str) else dict(label)
+        except json.JSONDecodeError as exc:
+            raise DataError(f"label is not JSON ({exc.msg}); write labels with TrainItem.label()") from exc
+        if not isinstance(data, dict) or "id" not in data or "prompt" not in data:
+            raise DataError("label must be a JSON object with at least 'id' and 'prompt'")
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = set(data) - known
+        if unknown:
+            raise DataError(f"label of item {data['id']!r} has unknown fields {sorted(unknown)}")
+        return cls(**data)
+
+
+# --------------------------------------------------------------------------- Open-AgentRL-30K
+
+_CHOICE = re.compile(r"(^|\n)\s*\(?[A-D][).:]\s", re.MULTILINE)
+
+
+def _plain(obj: Any) -> Any:
+    """numpy / arrow values from parquet as plain Python."""
+    if hasattr(obj, "tolist"):
+        return _plain(obj.tolist())
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _json_or(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _tests_of(truth: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], str | None]:
+    inputs, outputs = truth.get("inputs"), truth.get("outputs")
+    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs) or not inputs:
+        raise DataError(f"{where}: code ground_truth needs equal non-empty lists 'inputs' and 'outputs'")
+    fn_name = truth.get("fn_name") or None
+    testtype = "functional" if fn_name else "stdin"
+    tests = [
+        {
+            "input": i if isinstance(i, str) else json.dumps(i),
+            "output": o if isinstance(o, str) else json.dumps(o),
+            "testtype": testtype,
+        }
+        for i, o in zip(inputs, outputs, strict=True)
+    ]
+    return tests, fn_name
+
+
+def item_from_row(row: dict[str, Any], index: int, source: str = HUB_ID) -> TrainItem:
+    """One Open-AgentRL-30K row as a :class:`TrainItem` (raises :class:`DataError` saying what is wrong)."""
+    row = _plain(row)
+    where = f"{source} row {index}"
+    chat = _json_or(row.get("prompt"))
+    if isinstance(chat, list):
+        users = [m.get("content", "") for m in chat if isinstance(m, dict) and m.get("role") == "user"]
+        question = users[-1] if users else ""
+    else:
+        question = chat if isinstance(chat, str) else ""
+    if not question.strip():
+        raise DataError(f"{where}: 'prompt' holds no user message")
+    rm = _json_or(row.get("reward_model"))
+    if not isinstance(rm, dict) or "ground_truth" not in rm:
+        raise DataError(f"{where}: 'reward_model' must be a mapping with 'ground_truth'")
+    truth = _json_or(rm["ground_truth"])
+    data_source = str(row.get("data_source", ""))
+    extra = _json_or(row.get("extra_info")) or {}
+    item_id = f"{data_source or 'row'}-{extra.get('index', index) if isinstance(extra, dict) else index}"
+    if "code" in data_source.lower() or (isinstance(truth, dict) and "inputs" in truth):
+        if not isinstance(truth, dict):
+            raise DataError(f"{where}: code ground_truth must be a JSON object of tests")
+        tests, fn_name = _tests_of(truth, where)
+        return TrainItem(item_id, prompts.code_prompt(question), "", "code", tests, fn_name, data_source)
+    target = str(truth).strip()
+    if re.fullmatch(r"[A-D]", target) and _CHOICE.search(question):
+        text = prompts.MATH_TEMPLATE.format(problem=question.strip())
+        text += "\nPut only the letter of your choice in the box."
+        return TrainItem(item_id, text, target, "gpqa", source=data_source)
+    return TrainItem(item_id, prompts.math_prompt(question), target, "math", source=data_source)
+
+
+def _read_rows(path: Path) -> Iterable[dict[str, Any]]:
+    if path.is_dir():
+        files = sorted([*path.glob("*.parquet"), *path.glob("*.jsonl")])
+        if not files:
+            raise DataError(f"{path}: the directory holds no .parquet or .jsonl file")
+        for f in files:
+            yield from _read_rows(f)
+        return
+    if path.suffix == ".jsonl":
+        with path.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if line.strip():
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise DataError(f"{path}:{n}: not JSON ({exc.msg})") from exc
+        return
+    if path.suffix == ".parquet":
+        import datasets  # noqa: PLC0415
+
+        yield from datasets.load_dataset("parquet", data_files=str(path), split="train")
+        return
+    raise DataError(f"{path}: expected a .parquet or .jsonl file or a directory of them")
+
+
+def load_open_agentrl(
+    source: str | Path = HUB_ID, *, limit: int | None = None, kinds: Sequence[Kind] | None = None
+) -> list[TrainItem]:
+    """Open-AgentRL-30K as training items, from the hub id or a local file or directory."""
+    path = Path(source)
+    if path.exists():
+        rows: Iterable[dict[str, Any]] = _read_rows(path)
+    elif str(source) == HUB_ID or "/" in str(source) and not str(source).startswith((".", "/")):
+        import datasets  # noqa: PLC0415
+
+        rows = datasets.load_dataset(str(source), split="train")
+    else:
+        raise DataError(f"training data {source}: no such file or directory, and not a hub dataset id")
+    items: list[TrainItem] = []
+    for i, row in enumerate(rows):
+        if row.get("id") is not None and row.get("kind") is not None:  # our own JSONL (TrainItem fields)
+            item = TrainItem.from_label(row)
+        else:
+            item = item_from_row(row, i, str(source))
+        if kinds is None or item.kind in kinds:
+            items.append(item)
+        if limit is not None and len(items) >= limit:
+            break
+    return items
+
+
+def load_items(path: str | Path) -> list[TrainItem]:
+    """Items from a JSONL file of :class:`TrainItem` fields (e.g. ``trainers/data/bignum.jsonl``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"training data {path} does not exist")
+    items = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                items.append(TrainItem.from_label(line))
+            except DataError as exc:
+                raise DataError(f"{path}:{n}: {exc}") from exc
+    return items
+
+
+def export_openrlhf(items: Iterable[TrainItem], path: str | Path) -> Path:
+    """Write items as OpenRLHF prompt data: ``{"prompt": <user text>, "label": <TrainItem JSON>}`` per line."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as fh:
+        for item in items:
+            fh.write(json.dumps({"prompt": item.prompt, "label": item.label()}, ensure_ascii=False) + "\n")
+    return path
+
+
+# --------------------------------------------------------------------------- the small set
+
+
+def bignum_items(n: int = 48, seed: int = 1234) -> list[TrainItem]:
+    """Arithmetic on big numbers: exact answers that the python tool makes easy."""
+    rng = random.Random(seed)
+    items: list[TrainItem] = []
+    makers = [
+        lambda a, b: (f"What is {a} * {b}?", a * b),
+        lambda a, b: (f"What is {a} + {b}?", a + b),
+        lambda a, b: (f"What is {a} - {b}?", a - b),
+        lambda a, b: (f"What is the remainder when {a} is divided by {b % 9973 + 7}?", a % (b % 9973 + 7)),
+        lambda a, b: (f"What is the sum of the digits of {a} * {b}?", sum(int(d) for d in str(a * b))),
+        lambda a, b: (f"What is {a % 50 + 2} to the power {b % 25 + 10}?", (a % 50 + 2) ** (b % 25 + 10)),
+    ]
+    for i in range(n):
+        a = rng.randrange(10**8, 10**12)
+        b = rng.randrange(10**6, 10**10)
+        question, answer = makers[i % len(makers)](a, b)
+        items.append(TrainItem(f"bignum-{i:03d}", prompts.math_prompt(question), str(answer), "math", source="bignum"))
+    return items
+
+
+def write_bignum(path: str | Path = BIGNUM_PATH, n: int = 48, seed: int = 1234) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(item.label() + "\n" for item in bignum_items(n, seed)), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- generated problems
+
+
+def generated_items(n: int = RL_SIZE, seed: int = RL_SEED, prefix: str = "rl") -> list[TrainItem]:
+    """``n`` problems of :func:`harness.benchmarks.generators.generate` (every kind, equal weights) as training items.
+
+    Math kinds keep their integer answer as the target (strict boxed reward); stdin
+    programs become code items graded by their tests (reward: the fraction passed).
+    """
+    from harness.benchmarks.generators import generate  # noqa: PLC0415
+
+    items = []
+    for p in generate(n, seed=seed, prefix=prefix):
+        if p.is_code:
+            items.append(TrainItem(p.id, p.prompt(), "", "code", [dict(t) for t in p.tests], source=f"gen-{p.kind}"))
+        else:
+            items.append(TrainItem(p.id, p.prompt(), p.answer, "math", source=f"gen-{p.kind}"))
+    return items
+
+
+def write_generated(path: str | Path = RL_PATH, n: int = RL_SIZE, seed: int = RL_SEED) -> Path:
+    """Write :func:`generated_items` as JSONL (``trainers/data/tools-rl.jsonl`` with the defaults)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(item.label() + "\n" for item in generated_items(n, seed)), encoding="utf-8")
+    return path

@@ -1,0 +1,202 @@
+"""The CLEANER agent plugin for OpenRLHF (>= 0.11): ``--train.agent_func_path trainers/openrlhf_plugin/executor.py``.
+
+OpenRLHF loads this file by path and instantiates its module-level
+:class:`AgentExecutor` with no arguments, once per vLLM rollout actor, then awaits
+``execute(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)``
+for every sample (``openrlhf/trainer/ray/vllm_engine.py``). ``execute`` drives the
+shared rollout core (:func:`harness.core.rollout.rollout`, with SAAR from
+:mod:`harness.core.saar`) token-in, token-out against the engine, scores the final answer
+with the shared scoring, and returns the dict OpenRLHF turns into an experience:
+
+* ``observation_tokens``: the *purified* trajectory (SAAR has already rewritten it:
+  shallow keeps the installed turn's reasoning ids and splices in the new call's ids,
+  deep puts in the regenerated turn's ids), see :mod:`trainers.core.tokens`;
+* ``action_ranges``: the assistant turns only; tool output, prompts and template
+  headers lie outside them, so no loss falls on them;
+* ``rollout_log_probs``: always ``None``. A replaced span was sampled under the failed
+  context (the error message in view), so its sampling log-probs are not those of
+  the purified context, and the engine cannot recompute them here. The trainer
+  recomputes old log-probs over the final sequence, and importance-sampling
+  correction must stay off (``--algo.advantage.is_correction_level off``, the
+  default; the launcher refuses anything else, and so does this executor);
+* ``reward`` (+1/-1, or the code fraction, plus the overlong penalty when configured),
+  ``scores`` in [0, 1] for dynamic filtering;
+* ``extra_logs``: SAAR events by kind, tool calls and failures, turns, tokens, and the
+  token path's own counts (:func:`token_logs`).
+
+Lengths: each generation may use at most ``sampling_params.max_tokens`` (OpenRLHF's
+``--rollout.max_new_tokens``) and never more than what is left of ``max_length``
+(``--data.max_len``). The overlong penalty counts *generated* tokens only (the action
+ranges), because OpenRLHF 0.11.2 measures its response length from the first to the
+last action token, tool output included (its issue #1243).
+
+Sandboxes: a sandbox is leased from the backend for each program run and returned
+right after, at most ``sandbox_pool`` at once per executor (one executor per vLLM
+engine), so a docker node runs at most ``engines x sandbox_pool`` containers however
+many rollouts are in flight.
+
+Configuration comes from the environment variable ``CLEANER_AGENT_CONFIG`` (JSON of
+:class:`ExecutorConfig` fields), which the launcher puts into the Ray job's runtime env.
+
+This file is loaded by path (not as ``trainers.openrlhf_plugin.executor``), so it defines no dataclass itself:
+its configuration lives in :mod:`trainers.core.config`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from copy import deepcopy
+from typing import Any
+
+from openrlhf.utils.agent import AgentExecutorBase
+
+from harness.core.messages import Generation, Message
+from harness.core.problems import rollout_config
+from harness.core.rollout import Trajectory, rollout
+from sandboxes.base import ExecResult, Sandbox
+from trainers.core._compat import get_backend, get_render
+from trainers.core.config import ExecutorConfig
+from trainers.core.data import TrainItem
+from trainers.core.reward import Outcome, compute_reward, overlong_penalty
+from trainers.core.tokens import SampledStore, TokenTrajectory, assemble
+
+
+def extra_logs(traj: Trajectory, outcome: Outcome) -> dict[str, float]:
+    """Per-sample numbers OpenRLHF averages and logs (scalars only; :mod:`harness.core.metrics` defines each)."""
+    return {**traj.metrics().scalars(), "correct": float(outcome.correct)}
+
+
+def token_logs(final: TokenTrajectory, penalty: float) -> dict[str, float]:
+    """The token path's per-sample numbers: what was trained on and how its ids were obtained.
+
+    ``response_tokens`` counts generated tokens only (the action ranges). ``retokenized_turns``
+    are turns whose ids were not sampled (0 unless a turn came from outside the engine);
+    ``template_mismatch_turns`` are sampled turns the chat template would render differently
+    (kept as sampled, see :mod:`trainers.core.tokens`).
+    """
+    return {
+        "response_tokens": float(sum(end - start for start, end in final.action_ranges)),
+        "retokenized_turns": float(final.sources.count("retokenized")),
+        "spliced_turns": float(final.sources.count("spliced")),
+        "template_mismatch_turns": float(final.matches_template.count(False)),
+        "overlong_penalty": penalty,
+    }
+
+
+class _LeasedSandbox(Sandbox):
+    """A sandbox leased from ``backend`` for each program run, at most as many at once as ``slots`` allows."""
+
+    backend = "leased"
+
+    def __init__(self, backend: Any, slots: asyncio.Semaphore) -> None:
+        self._backend = backend
+        self._slots = slots
+
+    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
+        async with self._slots:
+            sandbox = await self._backend.acquire()
+            try:
+                return await sandbox.run_python(code, timeout=timeout, stdin=stdin, files=files)
+            finally:
+                await self._backend.release(sandbox)
+
+
+class AgentExecutor(AgentExecutorBase):
+    """CLEANER's rollout (tool use + SAAR) as an OpenRLHF agent executor."""
+
+    def __init__(self, config: ExecutorConfig | None = None, render: Any = None, backend: Any = None) -> None:
+        self.config = config or ExecutorConfig.from_env()
+        self._rollout_config = self.config.rollout_config()
+        self._rng = random.Random(self.config.seed)
+        self._render = render
+        self._backend = backend
+        self._slots: asyncio.Semaphore | None = None
+
+    def _get_render(self) -> Any:
+        if self._render is None:
+            self._render = get_render()
+        return self._render
+
+    def _sandbox(self) -> Sandbox:
+        """This rollout's sandbox: program runs leased from the engine's bounded pool."""
+        if self._backend is None:
+            self._backend = get_backend(self.config.sandbox)
+        if self._slots is None:  # made inside the engine's event loop
+            self._slots = asyncio.Semaphore(self.config.sandbox_pool)
+        return _LeasedSandbox(self._backend, self._slots)
+
+    async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
+        result, _ = await self.run(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
+        return result
+
+    async def run(
+        self, prompt: str, label: Any, sampling_params: Any, max_length: int, tokenizer: Any, engine: Any, images=None
+    ) -> tuple[dict[str, Any], Trajectory]:
+        """:meth:`execute`, also returning the message-level trajectory (for tests and logs)."""
+        if images:
+            raise ValueError("the CLEANER executor handles text prompts only; this sample has images")
+        if getattr(sampling_params, "logprobs", None) is not None:
+            raise ValueError(
+                "the CLEANER executor returns no rollout log-probs (SAAR replaces spans sampled under another "
+                "context); run with --algo.advantage.is_correction_level off"
+            )
+        if not label:
+            raise ValueError(
+                "the CLEANER executor needs a label per prompt: pass --data.label_key label "
+                "with data written by trainers.core.data.export_openrlhf"
+            )
+        item = TrainItem.from_label(label)
+        render = self._get_render()
+        messages = item.messages()
+        n_prompt = len(messages)
+        store = SampledStore()
+
+        async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
+            ctx = assemble(tokenizer, context, n_prompt, store=store, add_generation_prompt=True, render=render)
+            params = deepcopy(sampling_params)
+            if seed is not None:  # a seeded trajectory (harness.core.seeds): vLLM honours a per-request seed
+                params.seed = seed
+            left = max_length - len(ctx.ids)
+            per_turn = getattr(sampling_params, "max_tokens", None)  # --rollout.max_new_tokens
+            params.max_tokens = left if per_turn is None else min(per_turn, left)
+            if params.max_tokens <= 0:
+                return Generation(text="", truncated=True, output_tokens=0, token_ids=[])
+            out = (await engine.generate(ctx.ids, params)).outputs[0]
+            ids = list(out.token_ids)
+            text = tokenizer.decode(ids, skip_special_tokens=False)
+            eos = getattr(tokenizer, "eos_token", None)
+            if eos and text.endswith(eos):
+                text = text[: -len(eos)]
+            store.add(text, ids)
+            return Generation(text=text, truncated=out.finish_reason == "length", output_tokens=len(ids), token_ids=ids)
+
+        sandbox = self._sandbox()
+        rng = random.Random(self._rng.random())
+        # the parse mode follows the problem kind: a code item's final ```python block is its answer
+        config = rollout_config(item.kind, self._rollout_config)
+        traj = await rollout(messages, generate, sandbox, config, rng)
+        outcome = await compute_reward(item, traj.final_text, sandbox, lenient=self.config.lenient_reward)
+        final = assemble(tokenizer, traj.messages, n_prompt, store=store, render=render)
+        penalty = self._overlong_penalty(final)
+        result = {
+            "prompt": prompt,
+            "label": label,
+            "images": images,
+            "mm_train_inputs": None,
+            "observation_tokens": final.ids,
+            "action_ranges": final.action_ranges,
+            "rollout_log_probs": None,
+            "truncated": traj.stop_reason == "length",
+            "reward": outcome.reward + penalty,
+            "scores": outcome.score,
+            "extra_logs": {**extra_logs(traj, outcome), **token_logs(final, penalty)},
+        }
+        return result, traj
+
+    def _overlong_penalty(self, final: TokenTrajectory) -> float:
+        cfg = self.config
+        if cfg.overlong_buffer_len is None or cfg.max_new_tokens is None:
+            return 0.0
+        generated = sum(end - start for start, end in final.action_ranges)
+        return overlong_penalty(generated, cfg.max_new_tokens, cfg.overlong_buffer_len, cfg.overlong_penalty_factor)
