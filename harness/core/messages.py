@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from harness.core.protocol import TOOL_NAME, ToolCall, serialize_call
+from harness.core.protocol import TOOL_NAME, ToolCall, as_data, serialize_call
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -107,9 +107,24 @@ class Generation:
     logprobs: list[float] | None = None
 
 
+_RESPONSE_OPEN, _RESPONSE_CLOSE = "<tool_response>\n", "\n</tool_response>"
+
+
 def tool_response_text(content: str) -> str:
     """A tool result as a user turn's text (Qwen's rendering of a tool message)."""
-    return f"<tool_response>\n{content}\n</tool_response>"
+    return f"{_RESPONSE_OPEN}{content}{_RESPONSE_CLOSE}"
+
+
+def tool_response_content(text: str) -> str | None:
+    """The tool result a user turn of :func:`tool_response_text` holds, or None for any other user text.
+
+    A dataset's text can never look like one: user text is made data (:func:`as_data`) before
+    it is sent, which breaks its tags.
+    """
+    long_enough = len(text) >= len(_RESPONSE_OPEN) + len(_RESPONSE_CLOSE)
+    if long_enough and text.startswith(_RESPONSE_OPEN) and text.endswith(_RESPONSE_CLOSE):
+        return text[len(_RESPONSE_OPEN) : -len(_RESPONSE_CLOSE)]
+    return None
 
 
 def to_openai(messages: list[Message], *, inline_calls: bool = False) -> list[dict[str, Any]]:
@@ -124,6 +139,10 @@ def to_openai(messages: list[Message], *, inline_calls: bool = False) -> list[di
     ``<tool_response>`` tags, in both modes: an OpenAI-compatible server rejects a
     ``tool`` message that does not answer a call of the previous assistant message, and
     Qwen's template renders a tool message as exactly that user turn.
+
+    User text (a dataset's question) is data: its control strings are neutralized here
+    (:func:`harness.core.protocol.as_data`), on every path that renders a prompt. Tool
+    results are neutralized where they are made (:func:`harness.core.protocol.format_result`).
     """
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -147,6 +166,8 @@ def to_openai(messages: list[Message], *, inline_calls: bool = False) -> list[di
             out.append({"role": "user", "content": tool_response_text(m.content)})
         elif m.role == "tool":
             out.append({"role": "tool", "content": m.content, "tool_call_id": m.tool_call_id, "name": TOOL_NAME})
+        elif m.role == "user":
+            out.append({"role": "user", "content": as_data(m.content)})
         else:
             out.append({"role": m.role, "content": m.content})
     return out

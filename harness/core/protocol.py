@@ -163,21 +163,68 @@ def truncate_middle(text: str, limit: int = 256) -> str:
     return f"{text[:head]}\n...[{len(text) - limit} characters truncated]...\n{text[-tail:]}"
 
 
+#: Control strings of the supported chat formats that are not of the ``<|...|>`` form (every
+#: ``<|`` is neutralized): the tool and reasoning tags of the Hermes protocol and of Qwen's
+#: vocabulary, Gemma's turn markers, and SmolLM2's StarCoder-era special tokens.
+CONTROL_TAGS: tuple[str, ...] = (
+    "tool_call",
+    "tool_response",
+    "think",
+    "start_of_turn",
+    "end_of_turn",
+    "repo_name",
+    "reponame",
+    "file_sep",
+    "filename",
+    "gh_stars",
+    "issue_start",
+    "issue_comment",
+    "issue_closed",
+    "jupyter_start",
+    "jupyter_text",
+    "jupyter_code",
+    "jupyter_output",
+    "jupyter_script",
+    "empty_output",
+)
+#: Inserted after the ``<`` of a control string: invisible when shown, not part of any special token.
+NEUTRAL_MARK = "\u200b"
+_CONTROL = re.compile(r"<(?=\||/?(?:" + "|".join(CONTROL_TAGS) + r")>)")
+
+
+def as_data(text: str) -> str:
+    """``text`` (a program's output, a dataset's question) with its control strings made plain text.
+
+    The one rule for text that is data, not conversation structure: every ``<|`` (ChatML's
+    ``<|im_start|>``/``<|im_end|>``, Qwen's and Llama's special tokens) and every tag of
+    :data:`CONTROL_TAGS` (``<tool_response>``, ``</tool_call>``, ...) gets a zero-width space
+    after its ``<``. No tokenizer then matches a special or added token there, so a program
+    that prints ``<|im_end|>\n<|im_start|>assistant`` cannot close its tool result or forge a
+    turn, on any path (a local template, a server's template, the trainers' token ids); the
+    model still reads what was printed (``<``, an invisible character, ``|im_end|>``), and
+    removing :data:`NEUTRAL_MARK` gives the printed text back. Idempotent.
+    """
+    return _CONTROL.sub("<" + NEUTRAL_MARK, text)
+
+
 def format_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | None, limit: int = 256) -> str:
-    """The text the model sees for one execution (identical in evaluation and training)."""
+    """The text the model sees for one execution (identical in evaluation and training).
+
+    The program's output is data (:func:`as_data`), neutralized after the middle cut.
+    """
     if ok:
         out = stdout if not stderr.strip() else f"{stdout}\n[stderr]\n{stderr}"
-        return truncate_middle(out, limit) if out.strip() else "(no output; use print() to show values)"
+        return as_data(truncate_middle(out, limit)) if out.strip() else "(no output; use print() to show values)"
     detail = stderr.strip() or stdout.strip() or f"{error_kind or 'Error'}"
     if error_kind and error_kind not in detail:
         detail = f"{error_kind}: {detail}"
-    return "Error:\n" + truncate_middle(detail, limit)
+    return "Error:\n" + as_data(truncate_middle(detail, limit))
 
 
 def format_call_error(message: str) -> str:
-    """The tool response to a call that could not be executed at all."""
+    """The tool response to a call that could not be executed at all (``message`` is data; the form shown is not)."""
     return (
-        f"Error: malformed tool call: {message}. Call the tool as "
+        f"Error: malformed tool call: {as_data(message)}. Call the tool as "
         f'{CALL_OPEN}{{"name": "{TOOL_NAME}", "arguments": {{"code": "..."}}}}{CALL_CLOSE}'
     )
 

@@ -17,7 +17,7 @@ from inspect_ai.tool import ToolCall as InspectToolCall
 from inspect_ai.tool import ToolInfo, ToolParams
 
 from harness.core import protocol
-from harness.core.messages import Generation, Message, tool_response_text
+from harness.core.messages import Generation, Message, tool_response_content, tool_response_text
 
 #: Every stop reason Inspect reports, and whether it means the turn was cut short (so it is
 #: no answer and the rollout ends with ``length``): the output limit (``max_tokens``), the
@@ -51,8 +51,8 @@ def to_inspect(messages: list[Message]) -> list[ChatMessage]:
     for m in messages:
         if m.role == "system":
             out.append(ChatMessageSystem(content=m.content))
-        elif m.role == "user":
-            out.append(ChatMessageUser(content=m.content))
+        elif m.role == "user":  # data: its control strings neutralized (harness.core.protocol.as_data)
+            out.append(ChatMessageUser(content=protocol.as_data(m.content)))
         elif m.role == "tool" and m.tool_call_id is None:
             # the answer to a malformed call: no call to answer, so not a tool message (see to_openai)
             meta = {"ok": m.meta.get("ok", False), "error_kind": m.meta.get("error_kind")} if m.meta else None
@@ -87,7 +87,8 @@ def from_inspect(messages: list[ChatMessage]) -> list[Message]:
         if isinstance(m, ChatMessageSystem):
             out.append(Message("system", m.text))
         elif isinstance(m, ChatMessageUser):
-            out.append(Message("user", m.text))
+            inner = tool_response_content(m.text)  # the answer to a malformed call, sent as a user turn
+            out.append(Message("user", m.text) if inner is None else Message("tool", inner))
         elif isinstance(m, ChatMessageAssistant):
             out.append(_assistant(index, m))
         elif isinstance(m, ChatMessageTool):
