@@ -16,7 +16,7 @@ from typing import Any, Literal
 from inspect_ai import Epochs, Task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import GenerateConfig
-from inspect_ai.scorer import Scorer
+from inspect_ai.scorer import Scorer, ScoreReducer
 from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.benchmarks.datasets import Problem
@@ -87,12 +87,43 @@ def problem_kind(problems: Sequence[Problem]) -> Kind:
     return kinds[0]  # type: ignore[return-value]
 
 
+def epoch_reducers(epochs: int) -> list[str]:
+    """The reducers of ``epochs`` samples per problem: pass@1 as their mean, and pass@k for k = ``epochs``."""
+    return ["mean"] if epochs <= 1 else ["mean", f"pass_at_{epochs}"]
+
+
+class BenchmarkTask(Task):
+    """A task whose epoch reducers follow its epoch count, wherever the count comes from.
+
+    Inspect replaces a task's count with ``inspect eval --epochs N`` (``eval(epochs=N)``) by
+    assigning ``task.epochs`` and keeps the task's reducers unless ``--epochs-reducer`` is given.
+    Fixed reducers would then be those of the task's own count (no pass@N, or a pass@k that
+    Inspect refuses for fewer epochs); here they are computed from the count that runs
+    (:func:`epoch_reducers`), and reducers set explicitly (the user's) are kept as they are.
+    """
+
+    @property  # type: ignore[override]
+    def epochs_reducer(self) -> list[ScoreReducer] | None:
+        given = self.__dict__.get("_given_reducers")
+        if given is not None:
+            return given
+        count = self.epochs or 1
+        cached = self.__dict__.get("_auto_reducers")
+        if cached is None or cached[0] != count:
+            cached = (count, Epochs(count, epoch_reducers(count)).reducer)
+            self.__dict__["_auto_reducers"] = cached
+        return cached[1]
+
+    @epochs_reducer.setter
+    def epochs_reducer(self, value: list[ScoreReducer] | None) -> None:
+        self.__dict__["_given_reducers"] = value
+
+
 def benchmark_task(problems: Sequence[Problem], scorer: Scorer, options: TaskOptions) -> Task:
-    """A benchmark task: the shared rollout solver with the protocol of ``options``, a scorer, pass@1 over epochs."""
+    """A benchmark task: the shared rollout solver with the protocol of ``options``, a scorer, pass@1 over epochs
+    and pass@k for k = the epochs that run (``-T epochs``, the preset's, or ``inspect eval --epochs``)."""
     kind = problem_kind(problems)
     protocol = options.protocol(kind)
-    epochs = protocol.epochs
-    reducers = ["mean"] if epochs <= 1 else ["mean", f"pass_at_{epochs}"]
     metadata: dict[str, Any] = {
         "preset": options.preset,
         "kind": kind,
@@ -106,12 +137,12 @@ def benchmark_task(problems: Sequence[Problem], scorer: Scorer, options: TaskOpt
         # where the programs run (backend, isolation), decided now as the sandbox provider will
         "sandbox": sandbox_metadata(sandbox_spec(options.sandbox).config),
     }
-    return Task(
+    return BenchmarkTask(
         dataset=to_samples(problems),
         solver=saar_agent(protocol.rollout_config(kind), run_seed=options.seed),
         scorer=scorer,
         sandbox=sandbox_spec(options.sandbox),
         config=generate_config(protocol),
-        epochs=Epochs(epochs, reducers),
+        epochs=Epochs(protocol.epochs),  # reducers: BenchmarkTask.epochs_reducer
         metadata=metadata,
     )
