@@ -3,7 +3,11 @@
 The reference evaluation used problems dated 2025-02 to 2025-05 (the defaults). Tests run in the sandbox.
 The final ```python block is the answer, never a tool call (harness.core.problems: the "code" kind).
 
-    inspect eval tasks/livecodebench.py --model sglang/Qwen/Qwen3-4B -T preset=cleaner-paper     # the paper's protocol
+    # the reference protocols of the 4B and the 7B model:
+    inspect eval tasks/livecodebench.py --model sglang/Qwen/Qwen3-4B-Instruct-2507 \\
+        -M tool_call_parser=qwen25 -T preset=cleaner-paper
+    inspect eval tasks/livecodebench.py --model vllm/Qwen/Qwen2.5-7B-Instruct -M enable_auto_tool_choice=true \\
+        -M tool_call_parser=hermes -T preset=cleaner-paper-7b
     inspect eval tasks/livecodebench.py --model embedded/smollm2 -T data=fixture --limit 3
 """
 
@@ -41,7 +45,7 @@ def livecodebench(
     """LiveCodeBench with the shared rollout core.
 
     Args:
-        preset: a named protocol ("cleaner-paper": the authors' evaluation; see harness.benchmarks.presets).
+        preset: a named protocol ("cleaner-paper", "cleaner-paper-7b": the authors' 4B and 7B evaluations).
         saar: SAAR (rollback) at inference. Unset: the preset's choice, else off.
         saar_prob, gamma, similarity, max_retries: SAAR's parameters (paper: 1.0, 0.5, "code", 3).
         max_turns, max_total_tokens, timeout, output_chars: the rollout's limits.

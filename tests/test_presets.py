@@ -39,6 +39,18 @@ def test_paper_preset_runs_livecodebench_with_rollback_off_and_ten_samples() -> 
     assert t.metadata["saar"] is False and t.epochs == 10 and t.metadata["protocol"]["epochs"] == 10
 
 
+@pytest.mark.parametrize(("task", "epochs"), [("aime24", 32), ("aime25", 32), ("gpqa", 32), ("livecodebench", 10)])
+def test_the_7b_preset_runs_every_benchmark_with_rollback_off(task: str, epochs: int) -> None:
+    """The reference's 7B scripts: AIME/GPQA 32 samples, LiveCodeBench 10, rollback off, the same sampling."""
+    t = _load(task, preset="cleaner-paper-7b")
+    protocol = t.metadata["protocol"]
+    assert t.metadata["preset"] == "cleaner-paper-7b" and t.metadata["saar"] is False and protocol["saar"] is False
+    assert t.epochs == protocol["epochs"] == epochs
+    assert (protocol["max_turns"], protocol["max_total_tokens"], protocol["max_prompt_tokens"]) == (16, 20480, 4096)
+    assert (t.config.temperature, t.config.top_p, t.config.max_tokens) == (1.0, 0.6, 20480)
+    assert len(t.epochs_reducer) == 2  # mean and pass@epochs
+
+
 def test_explicit_arguments_override_the_preset_and_defaults_apply_without_one() -> None:
     t = _load("aime24", preset="cleaner-paper", saar=False, epochs=2)
     assert t.metadata["saar"] is False and t.epochs == 2 and t.metadata["protocol"]["max_retries"] == 3
@@ -52,7 +64,7 @@ def test_unknown_preset_and_unknown_setting_are_named() -> None:
         resolve("paper", "math")
     with pytest.raises(ValueError, match="not protocol settings: \\['temp'\\]"):
         resolve(None, "math", temp=1.0)
-    assert set(PRESETS["cleaner-paper"]) == {"math", "gpqa", "code"}
+    assert set(PRESETS["cleaner-paper"]) == set(PRESETS["cleaner-paper-7b"]) == {"math", "gpqa", "code"}
 
 
 def test_the_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None:
@@ -72,6 +84,28 @@ def test_the_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None:
     assert log.status == "success"
     assert log.eval.metadata["preset"] == "cleaner-paper" and log.eval.metadata["protocol"]["max_retries"] == 3
     assert arm_from_log(log).arm == "on"  # no saar argument: the preset turned rollback on
+
+
+def test_the_7b_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None:
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        [log] = inspect_eval(
+            "tasks/gpqa.py",
+            model="replay/gpqa.yaml",
+            task_args={"preset": "cleaner-paper-7b", "data": "fixture", "sandbox": "local"},
+            epochs=1,  # the command line's count replaces the preset's 32
+            limit=1,
+            log_dir=str(tmp_path),
+            display="none",
+        )
+    finally:
+        os.chdir(cwd)
+    assert log.status == "success"
+    assert log.eval.metadata["preset"] == "cleaner-paper-7b"
+    assert log.eval.metadata["protocol"] == PRESETS["cleaner-paper-7b"]["gpqa"].to_dict()
+    assert log.eval.metadata["protocol"]["epochs"] == 32 and log.eval.config.epochs == 1
+    assert arm_from_log(log).arm == "off"  # no saar argument: the 7B preset leaves rollback off
 
 
 async def test_code_problems_never_run_the_final_python_block(local_sandbox) -> None:

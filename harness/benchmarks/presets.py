@@ -1,4 +1,4 @@
-"""Evaluation protocols by name: ``-T preset=cleaner-paper`` / ``python -m harness compare --preset``.
+"""Evaluation protocols by name: ``-T preset=cleaner-paper`` (``cleaner-paper-7b``), ``harness compare --preset``.
 
 An :class:`EvalProtocol` is every setting that decides what an evaluation measures: the
 SAAR switch and its parameters, the rollout limits, the sampling and the number of
@@ -12,7 +12,14 @@ SAAR-off arm of the paper's protocol).
 16 samples per problem, LiveCodeBench with rollback OFF and 10 samples; temperature 1.0,
 top_p 0.6, 16 turns, 20480 response tokens, 4096 prompt tokens, tool output cut to 256
 characters. Their reported AIME/GPQA numbers therefore include SAAR at inference: this
-preset reproduces their table, and SAAR on vs off under it is the ablation.
+preset reproduces their table, and SAAR on vs off under it is the ablation. It is the
+protocol of the 4B model (Qwen3-4B-Instruct-2507, ``eval_qwen3_4b_*.sh``).
+
+``cleaner-paper-7b`` is the protocol of their 7B model's scripts (Qwen2.5-7B-Instruct,
+``eval_qwen2_7b_aime_gpqa.sh``, ``eval_qwen2_7b_livecodebench.sh``): AIME and GPQA with
+rollback OFF and 32 samples per problem, LiveCodeBench with rollback OFF and 10 samples;
+the same sampling (temperature 1.0, top_p 0.6) and limits (16 turns, 20480 response tokens,
+4096 prompt tokens, 256 characters of tool output).
 """
 
 from __future__ import annotations
@@ -88,9 +95,14 @@ _PAPER = EvalProtocol(
 
 #: Named protocols, by problem kind.
 PRESETS: dict[str, dict[Kind, EvalProtocol]] = {
-    "cleaner-paper": {
+    "cleaner-paper": {  # the 4B model's (Qwen3-4B-Instruct-2507)
         "math": _PAPER,
         "gpqa": _PAPER,
+        "code": replace(_PAPER, saar=False, epochs=10),
+    },
+    "cleaner-paper-7b": {  # the 7B model's (Qwen2.5-7B-Instruct): rollback off everywhere, 32 samples on AIME/GPQA
+        "math": replace(_PAPER, saar=False, epochs=32),
+        "gpqa": replace(_PAPER, saar=False, epochs=32),
         "code": replace(_PAPER, saar=False, epochs=10),
     },
 }
