@@ -8,24 +8,43 @@ are different samples while both SAAR arms sample a (sample, epoch) from the sam
 becomes the sample's messages, its SAAR events go to the transcript (so ``inspect
 view`` shows what was purified) and to the sample's metadata (for scorers and
 reports).
+
+The transcript holds the trajectory as Inspect's own events, in order:
+
+* every program run is a ``tool`` span (named after the tool, as Inspect's own tool calls are) holding
+  the :class:`~inspect_ai.event.SandboxEvent` that Inspect's sandbox proxy records for an exec: the
+  program (the exec's input), its exit status, its output, start and end. The rollout still gets the
+  structured :class:`~sandboxes.base.ExecResult` (ok, error kind) the proxy cannot carry
+  (:class:`TranscribedSandbox`);
+* every SAAR rollback is a ``saar`` span, from its first regeneration to the last call that ran,
+  with one ``regeneration`` span per retry holding that regeneration's model event and the run of the
+  call installed from it (:class:`RollbackSpans`). The failed call's own run comes just before it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
 from inspect_ai.log import transcript
 from inspect_ai.model import GenerateConfig, ModelOutput, get_model
 from inspect_ai.solver import Generate, Solver, TaskState, solver
+from inspect_ai.util import ExecResult as InspectExecResult
+from inspect_ai.util import OutputLimitExceededError, SandboxEnvironment, SandboxEnvironmentConfigType, span
 from inspect_ai.util import sandbox as inspect_sandbox
-from inspect_ai.util import span
 
 from harness.core.messages import Generation, Message
+from harness.core.protocol import TOOL_NAME
 from harness.core.rollout import RolloutConfig, rollout
-from harness.core.seeds import trajectory_seed
+from harness.core.seeds import generation_seed, trajectory_seed
 from harness.evals.convert import PYTHON_TOOL, to_generation, to_inspect
-from sandboxes.base import Sandbox
+from sandboxes.base import ExecResult, Sandbox
 
 #: Key of the trajectory summary in a sample's metadata.
 TRAJECTORY = "trajectory"
+#: The command a program run is recorded as (the program is the exec's input).
+EXEC_CMD = ["python3", "-"]
 
 
 def current_sandbox() -> Sandbox:
@@ -33,6 +52,123 @@ def current_sandbox() -> Sandbox:
     from sandboxes.inspect_provider import structured
 
     return structured(inspect_sandbox())
+
+
+class _OneRun(SandboxEnvironment):
+    """One structured run as an Inspect sandbox environment, for Inspect's proxy to record (it keeps the result)."""
+
+    def __init__(self, run: Callable[[], Awaitable[ExecResult]]) -> None:
+        super().__init__()
+        self._run = run
+        self.result: ExecResult | None = None
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> InspectExecResult[str]:
+        self.result = result = await self._run()
+        code = result.exit_code if result.exit_code is not None else -1  # None: killed (timeout) or no exit
+        return InspectExecResult(success=result.ok, returncode=code, stdout=result.stdout, stderr=result.stderr)
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:  # pragma: no cover - never called
+        raise NotImplementedError("a recorded program run writes no files")
+
+    async def read_file(self, file: str, text: bool = True) -> Any:  # pragma: no cover - never called
+        raise NotImplementedError("a recorded program run reads no files")
+
+    @classmethod
+    async def sample_cleanup(
+        cls,
+        task_name: str,
+        config: SandboxEnvironmentConfigType | None,
+        environments: dict[str, SandboxEnvironment],
+        interrupted: bool,
+    ) -> None:  # pragma: no cover - nothing to clean
+        return None
+
+
+class TranscribedSandbox(Sandbox):
+    """The sample's structured sandbox, every run in the transcript as Inspect records a tool's exec.
+
+    Each :meth:`run_python` is a ``tool`` span holding the ``SandboxEvent`` of Inspect's own sandbox
+    proxy (program, exit status, output, start and end; Inspect's working-time accounting too); the
+    caller gets the structured result of the sandbox underneath, as without the transcript.
+    """
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.inner = sandbox
+        self.backend = sandbox.backend
+
+    async def run_python(
+        self,
+        code: str,
+        *,
+        timeout: float = 10.0,
+        stdin: str | bytes = b"",
+        files: dict[str, str | bytes] | None = None,
+    ) -> ExecResult:
+        from inspect_ai.util._sandbox.events import SandboxEnvironmentProxy
+
+        run = _OneRun(lambda: self.inner.run_python(code, timeout=timeout, stdin=stdin, files=files))
+        async with span(name=TOOL_NAME, type="tool"):
+            try:
+                await SandboxEnvironmentProxy(run).exec(EXEC_CMD, input=code, timeout=timeout)  # type: ignore[arg-type]
+            except OutputLimitExceededError:  # recorded; the sandbox's own output cap already applied
+                pass
+        assert run.result is not None
+        return run.result
+
+
+class RollbackSpans:
+    """A ``saar`` span around each SAAR rollback, a ``regeneration`` span around each of its retries.
+
+    The rollout seeds every generation from the trajectory seed, the turn and the retry
+    (:func:`harness.core.seeds.generation_seed`), so a generation's seed says which it is: a retry
+    > 0 is a regeneration. A rollback's span opens at its first regeneration and closes when the
+    rollout generates the next turn or ends, so it holds every regeneration and the run of each call
+    installed from one.
+    """
+
+    def __init__(self, seed: int, config: RolloutConfig) -> None:
+        self._which = {
+            generation_seed(seed, turn=t, retry=r): (t, r)
+            for t in range(config.max_turns)
+            for r in range(config.saar.max_retries + 1)
+        }
+        self._open: list[AbstractAsyncContextManager[None]] = []
+        self._turn: int | None = None
+
+    async def before_generation(self, seed: int | None) -> None:
+        turn, retry = self._which.get(seed, (None, 0)) if seed is not None else (None, 0)
+        if self._turn is not None and (retry == 0 or turn != self._turn):
+            await self.close()
+        if retry == 0:
+            return
+        if self._turn is None:
+            await self._enter(span(f"saar rollback: turn {turn}", type="saar"))
+            self._turn = turn
+        elif len(self._open) > 1:
+            await self._exit_one()  # the previous regeneration's span
+        await self._enter(span(f"regeneration {retry}", type="regeneration"))
+
+    async def close(self) -> None:
+        while self._open:
+            await self._exit_one()
+        self._turn = None
+
+    async def _enter(self, cm: AbstractAsyncContextManager[None]) -> None:
+        await cm.__aenter__()
+        self._open.append(cm)
+
+    async def _exit_one(self) -> None:
+        await self._open.pop().__aexit__(None, None, None)
 
 
 @solver
@@ -46,17 +182,21 @@ def saar_agent(config: RolloutConfig, run_seed: int = 0) -> Solver:
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         model = get_model()
-        sandbox = current_sandbox()
+        sandbox = TranscribedSandbox(current_sandbox())
+        seed = trajectory_seed(run_seed, state.sample_id, state.epoch)
+        rollbacks = RollbackSpans(seed, config)
 
         async def model_generate(messages: list[Message], *, seed: int | None = None) -> Generation:
+            await rollbacks.before_generation(seed)
             output = await model.generate(to_inspect(messages), tools=[PYTHON_TOOL], config=GenerateConfig(seed=seed))
             return to_generation(output)
 
         prompt = [Message(m.role, m.text) for m in state.messages if m.role in ("system", "user")]  # type: ignore[arg-type]
         async with span("rollout"):
-            trajectory = await rollout(
-                prompt, model_generate, sandbox, config, seed=trajectory_seed(run_seed, state.sample_id, state.epoch)
-            )
+            try:
+                trajectory = await rollout(prompt, model_generate, sandbox, config, seed=seed)
+            finally:
+                await rollbacks.close()
         summary = trajectory.summary()
         state.messages = to_inspect(trajectory.messages)
         state.output = ModelOutput.from_content(model=str(model), content=trajectory.final_text)
