@@ -287,6 +287,21 @@ class LocalSandbox(Sandbox):
                 extra=self._extra(),
             )
         code = outcome.returncode
+        if self.isolation == "bwrap" and code is not None and code < 0 and not (timed_out or output_exceeded):
+            # bwrap reports the program's signal death as 128 + N; bwrap itself ended by a signal was killed
+            # from outside (the program cannot reach it: another pid namespace, and as root another uid):
+            # a failure of the sandbox, not of the program.
+            return ExecResult(
+                ok=False,
+                stdout=_text(out),
+                stderr=f"the local sandbox's bwrap process was killed by signal {-code} (from outside the "
+                "sandbox); the program did not finish",
+                exit_code=None,
+                error_kind=SANDBOX_ERROR,
+                duration=time.monotonic() - start,
+                sandbox_failed=True,
+                extra=self._extra(),
+            )
         if self.isolation == "bwrap" and code is not None and 128 < code < 160:
             code = -(code - 128)  # bwrap's init reports a signal death as 128 + N
         stdout, stderr = _text(out), _text(err)

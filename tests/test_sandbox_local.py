@@ -523,3 +523,28 @@ def test_exception_name_takes_the_last_traceback() -> None:
     assert exception_name(chained) == "_ArrayMemoryError"
     assert classify(1, chained) == MEMORY
     assert exception_name("just some text\n") is None
+
+
+async def test_bwrap_killed_from_outside_is_a_sandbox_failure(local_sandbox) -> None:
+    """The bwrap process killed mid-call (chaos, an operator): sandbox_failed, never the program's Killed."""
+    import asyncio
+
+    from sandboxes.soak import _children, _comm
+
+    if local_sandbox.isolation != "bwrap":
+        pytest.skip("needs bwrap")
+    call = asyncio.ensure_future(local_sandbox.run_python("import time\ntime.sleep(30)", timeout=20))
+    for _ in range(200):
+        pids = [pid for pid in _children(os.getpid()) if _comm(pid) == "bwrap"]
+        if pids:
+            break
+        await asyncio.sleep(0.02)
+    assert pids, "no bwrap process appeared"
+    os.kill(pids[0], signal.SIGKILL)
+    r = await asyncio.wait_for(call, 5)
+    assert r.sandbox_failed and not r.ok and r.error_kind == "SandboxError" and r.exit_code is None, r
+    assert "killed by signal 9" in r.stderr
+    after = await local_sandbox.run_python("print('next')", timeout=5)
+    assert after.ok and after.stdout == "next\n"
+    killed = await local_sandbox.run_python("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", timeout=5)
+    assert not killed.sandbox_failed and killed.error_kind == "Killed"  # the program's own death stays its own

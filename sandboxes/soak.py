@@ -1,0 +1,422 @@
+"""Soak and chaos: ``python -m sandboxes.soak --backend docker --clients 64 --minutes 10 --kill-every 5``.
+
+Many rollout-like clients at once, for minutes, while a chaos loop kills what the sandboxes run on.
+Each client acquires a sandbox, makes a rollout of calls (with a pause between them, the model's
+turn), releases it and starts the next rollout. The calls are a mix: ok programs, tracebacks,
+timeouts, output floods and a few hostile programs (copied from ``tests/test_hostile.py``), each
+with the result it must give. Every ``--kill-every`` seconds the chaos loop SIGKILLs one random
+container of this process (docker) or one random bwrap process of a running call (local: the
+process the sandbox spawned, which holds the program's namespaces).
+
+Asserted (exit status 1 and the reasons when one fails):
+
+- every call ends within its timeout plus ``--margin`` seconds, with a result;
+- every result is either what its program must give, or ``sandbox_failed=True`` with
+  ``error_kind="SandboxError"``: a kill is never scored as the model's failure (a wrong
+  error kind, a missing output);
+- afterwards no container of this process and no process of the sandboxes is left.
+
+Bounded: no new call starts after ``--minutes``, at most ``--max-calls`` calls, and the whole run
+is cancelled past its deadline plus two minutes (the sandboxes are still shut down). Loopback only:
+the containers have no network, bwrap unshares it, and the command talks to nothing but the local
+Docker socket. Prints one JSON object (``--json``) or a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import signal
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+MARKER = f"cleaner-soak-{os.getpid()}"
+SLEEPER = f"[sys.executable, '-c', 'import time; time.sleep(1000)', '{MARKER}']"
+TRIVIAL_OK = ("ok", "numpy")
+
+
+@dataclass(frozen=True)
+class Program:
+    """One kind of call: its code, timeout, weight in the mix, and the result it must give."""
+
+    name: str
+    code: str
+    kinds: tuple[str | None, ...]  #: the error kinds it may end with (None: ok)
+    stdout: str | None = None  #: text the output must contain when ok
+    timeout: float = 10.0
+    weight: float = 1.0
+
+
+PROGRAMS = [
+    Program("ok", "print(sum(range(1000)))", (None,), "499500", weight=30),
+    Program("numpy", "import numpy as np\nprint(int(np.arange(10).sum()))", (None,), "45", weight=8),
+    Program("files", "open('f.txt', 'w').write('x' * 100)\nprint(len(open('f.txt').read()))", (None,), "100", weight=5),
+    Program("traceback", "def f(x):\n    return 1 / x\nf(0)", ("ZeroDivisionError",), weight=12),
+    Program("name_error", "print(undefined_name)", ("NameError",), weight=6),
+    Program("syntax_error", "def f(:\n    pass", ("SyntaxError",), weight=4),
+    Program("exit_code", "import sys\nsys.exit(3)", ("NonZeroExit",), weight=3),
+    Program("busy_timeout", "while True:\n    pass", ("Timeout",), timeout=0.5, weight=4),
+    Program("sleep_timeout", "import time\ntime.sleep(100)", ("Timeout",), timeout=0.5, weight=4),
+    Program(
+        "flood",
+        "import sys\nchunk = 'z' * 2**20\nfor _ in range(8):\n    sys.stdout.write(chunk)",
+        ("OutputLimitExceeded",),
+        timeout=10,
+        weight=2,
+    ),
+    # hostile, from tests/test_hostile.py
+    Program(
+        "fork_bomb",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        ("Timeout",),
+        timeout=1.5,
+        weight=0.5,
+    ),
+    Program("memory_bomb", "x = b'x' * (3 * 1024**3)\nprint(len(x))", ("MemoryError",), weight=1),
+    Program(
+        "background_child",
+        f"import sys, subprocess\nsubprocess.Popen({SLEEPER})\nprint('left one behind')",
+        (None,),
+        "left one behind",
+        weight=1,
+    ),
+    Program(
+        "setsid_escape",
+        "import os, sys\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(1000)', '{MARKER}'])\n"
+        "    os._exit(0)\nprint('escaped?')",
+        (None,),
+        "escaped?",
+        weight=1,
+    ),
+    Program("kill_itself", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", ("Killed",), weight=1),
+    Program(
+        "stop_itself", "import os, signal\nos.kill(os.getpid(), signal.SIGSTOP)", ("Timeout",), timeout=0.5, weight=1
+    ),
+    Program(
+        "kill_every_process", "import os, signal\nos.kill(-1, signal.SIGKILL)", (None, "ProcessLookupError"), weight=1
+    ),
+]
+
+
+@dataclass
+class Call:
+    program: str
+    timeout: float
+    start: float
+    elapsed: float
+    kind: str | None
+    sandbox_failed: bool
+    verdict: str  #: "ok" (as expected), "sandbox_failed" (a clear sandbox error) or what was wrong
+
+
+def judge(program: Program, result: Any) -> str:
+    if result.sandbox_failed:
+        return "sandbox_failed" if (result.error_kind == "SandboxError" and not result.ok) else "unclear sandbox error"
+    if result.error_kind not in program.kinds:
+        return f"{program.name}: error kind {result.error_kind!r}, expected one of {program.kinds}"
+    if result.ok is not (result.error_kind is None):
+        return f"{program.name}: ok={result.ok} with error kind {result.error_kind!r}"
+    if program.stdout is not None and result.ok and program.stdout not in result.stdout:
+        return f"{program.name}: stdout {result.stdout[-80:]!r} lacks {program.stdout!r}"
+    return "ok"
+
+
+class Soak:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.rng = random.Random(args.seed)
+        self.calls: list[Call] = []
+        self.kills: list[dict[str, Any]] = []
+        self.errors: list[str] = []  #: exceptions outside the calls (acquire, release)
+        self.uids: set[int] = set()  #: the local sandboxes' uids (checked for leftovers afterwards)
+        self.t0 = time.monotonic()
+        self.stop_at = self.t0 + args.minutes * 60
+        self.backend: Any = None
+
+    def _make_backend(self) -> Any:
+        from sandboxes.backends import get_backend
+
+        if self.args.backend == "docker":
+            return get_backend("docker", max_containers=self.args.clients, acquire_timeout=120.0)
+        return get_backend("local", max_idle=self.args.clients)
+
+    def _more(self) -> bool:
+        return time.monotonic() < self.stop_at and len(self.calls) < self.args.max_calls
+
+    async def client(self, n: int) -> None:
+        rng = random.Random(self.args.seed * 1000 + n)
+        weights = [p.weight for p in PROGRAMS]
+        while self._more():
+            try:
+                sandbox = await self.backend.acquire()
+            except Exception as exc:  # noqa: BLE001 - recorded: an acquire must not fail in a soak
+                self.errors.append(f"acquire: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(1)
+                continue
+            if getattr(sandbox, "uid", None) is not None:
+                self.uids.add(sandbox.uid)
+            try:
+                for _ in range(rng.randint(4, 16)):
+                    if not self._more():
+                        break
+                    program = rng.choices(PROGRAMS, weights)[0]
+                    start = time.monotonic()
+                    result = await sandbox.run_python(program.code, timeout=program.timeout)
+                    elapsed = time.monotonic() - start
+                    self.calls.append(
+                        Call(
+                            program.name,
+                            program.timeout,
+                            start - self.t0,
+                            elapsed,
+                            result.error_kind,
+                            result.sandbox_failed,
+                            judge(program, result),
+                        )
+                    )
+                    await asyncio.sleep(rng.uniform(0, self.args.think_ms / 1000))  # the model's turn
+            finally:
+                try:
+                    await self.backend.release(sandbox)
+                except Exception as exc:  # noqa: BLE001
+                    self.errors.append(f"release: {type(exc).__name__}: {exc}")
+
+    async def chaos(self) -> None:
+        if self.args.kill_every <= 0:
+            return
+        while True:
+            await asyncio.sleep(self.args.kill_every * self.rng.uniform(0.5, 1.5))
+            if not self._more():
+                return
+            try:
+                victim = await asyncio.to_thread(self._kill_one)
+            except Exception as exc:  # noqa: BLE001 - the chaos loop never stops the soak
+                victim = f"kill failed: {type(exc).__name__}: {exc}"
+            if victim:
+                self.kills.append({"at": round(time.monotonic() - self.t0, 2), "victim": victim})
+
+    def _kill_one(self) -> str | None:
+        if self.args.backend == "docker":
+            from sandboxes import docker_engine as engine
+
+            client = engine.client()
+            try:
+                mine = {"label": f"{engine.OWNER_PID}={os.getpid()}", "status": "running"}
+                running = client.containers.list(filters=mine)
+                if not running:
+                    return None
+                victim = self.rng.choice(running)
+                victim.kill()
+                return f"container {victim.short_id}"
+            finally:
+                client.close()
+        for _ in range(40):  # a running call's bwrap: a direct child of this process
+            pids = [pid for pid in _children(os.getpid()) if _comm(pid) == "bwrap"]
+            if pids:
+                pid = self.rng.choice(pids)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                return f"bwrap pid {pid}"
+            time.sleep(0.05)
+        return None
+
+    async def run(self) -> dict[str, Any]:
+        self.backend = self._make_backend()
+        try:
+            if self.args.backend == "docker":  # the pool's containers start before the clock runs
+                await self.backend.prewarm(self.args.clients)
+            self.t0 = time.monotonic()
+            self.stop_at = self.t0 + self.args.minutes * 60
+            chaos = asyncio.ensure_future(self.chaos())
+            await asyncio.gather(*(self.client(n) for n in range(self.args.clients)))
+            chaos.cancel()
+            duration = time.monotonic() - self.t0
+        finally:
+            await self.backend.shutdown()
+        leftovers = await asyncio.to_thread(self._leftovers)
+        return self.report(duration, leftovers)
+
+    def _leftovers(self) -> list[str]:
+        """What is left of the sandboxes after shutdown (waiting up to 60 s for removals to land)."""
+        deadline = time.monotonic() + 60
+        while True:
+            left = [f"process {pid}" for pid in _marked_processes()]
+            left += [f"child process {pid} ({_comm(pid)})" for pid in _children(os.getpid())]
+            if self.args.backend == "docker":
+                from sandboxes import docker_engine as engine
+
+                client = engine.client()
+                try:
+                    mine = {"label": f"{engine.OWNER_PID}={os.getpid()}"}
+                    containers = client.containers.list(all=True, filters=mine)
+                    left += [f"container {c.short_id} ({c.status})" for c in containers]
+                finally:
+                    client.close()
+            else:
+                from sandboxes.local_procs import _pids_of_uid
+
+                for uid in sorted(self.uids):
+                    left += [f"uid {uid} process {pid}" for pid in (_pids_of_uid(uid) if _free(uid) else [])]
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(1)
+
+    def report(self, duration: float, leftovers: list[str]) -> dict[str, Any]:
+        calls = self.calls
+        lat = sorted(c.elapsed * 1000 for c in calls)
+        trivial = sorted(c.elapsed * 1000 for c in calls if c.program in TRIVIAL_OK and c.verdict == "ok")
+        late = [c for c in calls if c.elapsed > c.timeout + self.args.margin]
+        wrong = [c for c in calls if c.verdict not in ("ok", "sandbox_failed")]
+        window = 10.0
+        per_window = Counter(int((c.start + c.elapsed) // window) for c in calls)
+        full = [per_window.get(i, 0) / window for i in range(int(duration // window))]
+        out: dict[str, Any] = {
+            "backend": self.args.backend,
+            "clients": self.args.clients,
+            "minutes": round(duration / 60, 2),
+            "kill_every_s": self.args.kill_every,
+            "calls": len(calls),
+            "calls_per_s": round(len(calls) / duration, 1) if duration else 0.0,
+            "calls_per_s_10s_windows": {"min": min(full, default=0.0), "median": _pct(full, 0.5)} if full else {},
+            "latency_ms_all": {"p50": _pct(lat, 0.5), "p99": _pct(lat, 0.99), "max": lat[-1] if lat else None},
+            "latency_ms_ok_calls": {"p50": _pct(trivial, 0.5), "p99": _pct(trivial, 0.99)},
+            "by_program": dict(Counter(c.program for c in calls)),
+            "sandbox_failed": sum(c.sandbox_failed for c in calls),
+            "kills": len(self.kills),
+            "late": [f"{c.program} took {c.elapsed:.2f} s (timeout {c.timeout:g} s)" for c in late[:20]],
+            "misscored": [c.verdict for c in wrong[:20]],
+            "errors": self.errors[:20],
+            "leftovers": leftovers[:20],
+            "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+        }
+        out["failures"] = [
+            f"{name}: {len(items)}"
+            for name, items in (
+                ("late calls", late),
+                ("misscored calls", wrong),
+                ("errors", self.errors),
+                ("leftovers", leftovers),
+            )
+            if items
+        ]
+        if not calls:
+            out["failures"].append("no call was made")
+        return out
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    return round(sorted(values)[min(len(values) - 1, round(q * (len(values) - 1)))], 2)
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rpartition(b")")[2].split()
+            except OSError:
+                continue
+            if len(fields) > 1 and int(fields[1]) == parent and fields[0] not in (b"Z", b"X"):
+                found.append(int(name))
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _marked_processes() -> list[int]:
+    """Processes on this host whose command line carries this run's marker (what hostile programs leave)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    if MARKER.encode() in f.read():
+                        found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+def _free(uid: int) -> bool:
+    """Whether no sandbox holds ``uid`` now (its processes, if any, are leftovers; else they are another's)."""
+    import fcntl
+
+    from sandboxes.local_procs import UID_LOCK_DIR
+
+    try:
+        fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_RDWR)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops the lock
+
+
+async def bounded(args: argparse.Namespace) -> dict[str, Any]:
+    soak = Soak(args)
+    limit = args.minutes * 60 + 120 + (300 if args.backend == "docker" else 60)  # + start-up of the pool
+    try:
+        return await asyncio.wait_for(soak.run(), limit)
+    except TimeoutError:
+        out = soak.report(time.monotonic() - soak.t0, await asyncio.to_thread(soak._leftovers))
+        out["failures"].append(f"the soak did not finish within {limit:g} s")
+        return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sandboxes.soak", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("docker", "local"), default="docker")
+    parser.add_argument("--clients", type=int, default=64, help="concurrent rollout-like clients")
+    parser.add_argument("--minutes", type=float, default=10.0, help="no call starts after this")
+    parser.add_argument("--max-calls", type=int, default=1_000_000, help="no call starts after this many")
+    parser.add_argument("--kill-every", type=float, default=5.0, help="mean seconds between kills (0: no chaos)")
+    parser.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        help="seconds past its timeout a call may take (default: 15 docker, 5 local)",
+    )
+    parser.add_argument("--think-ms", type=float, default=20.0, help="most milliseconds between a client's calls")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print only the JSON report")
+    args = parser.parse_args(argv)
+    if args.clients < 1 or args.minutes <= 0 or args.max_calls < 1:
+        parser.error("--clients and --max-calls must be >= 1 and --minutes positive")
+    if args.margin is None:
+        args.margin = 15.0 if args.backend == "docker" else 5.0
+    out = asyncio.run(bounded(args))
+    print(json.dumps(out, indent=None if args.json else 2))
+    if not args.json:
+        verdict = "FAILED: " + "; ".join(out["failures"]) if out["failures"] else "passed"
+        print(
+            f"soak {args.backend}: {out['calls']} calls, {out['calls_per_s']} calls/s, "
+            f"{out['sandbox_failed']} sandbox_failed after {out['kills']} kills: {verdict}",
+            file=sys.stderr,
+        )
+    return 1 if out["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
