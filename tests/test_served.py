@@ -1,26 +1,37 @@
-"""The GPU command, on CPU: Inspect's own ``sglang/`` provider against ``transformers serve`` on loopback.
+"""The GPU command, on CPU: Inspect's own providers against vLLM's OpenAI server on loopback.
 
-The server is real (transformers' OpenAI-compatible engine, a child process bound to
-127.0.0.1) and so is the client (Inspect's SGLang provider, pointed at it with
-``SGLANG_BASE_URL`` as a GPU user points it at an SGLang server). One sample of the AIME
-fixture runs in each SAAR arm, and the served model must have been shown exactly the text
-the embedded provider shows it.
+The engine is real (vLLM 0.32 for CPUs, ``vllm serve`` bound to 127.0.0.1 with the hermes
+tool-call parser) and so are the clients: Inspect's ``vllm/`` provider starting and stopping
+the server itself, exactly the GPU user's command, and its ``sglang/`` provider pointed at a
+running server with ``SGLANG_BASE_URL`` (SGLang has no CPU build here). Both SAAR arms run, the
+calls must come back structured from the server's parser, and the served model must have been
+shown exactly the text the embedded provider shows it.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from needs import import_or_skip
 
 from harness.core import chat
 from harness.core.messages import Message, ToolCall, system, to_openai, user
 from harness.core.protocol import TOOL_SCHEMA, serialize_call
-from harness.engines.serve import LOOPBACK, Server, serve_argv, served_chat_template
+from harness.engines.serve import (
+    LOOPBACK,
+    ServeError,
+    Server,
+    chat_template_problem,
+    serve_argv,
+    served_chat_template,
+    vllm_missing,
+)
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,23 +80,52 @@ def test_the_served_template_renders_requests_as_the_embedded_provider_renders_t
     )
 
 
-def test_the_server_listens_on_loopback_only() -> None:
+def test_the_server_listens_on_loopback_only_with_the_tool_parser() -> None:
     argv = serve_argv(Path("/models/m"), 8123)
+    assert Path(argv[0]).name == "vllm" and argv[1:3] == ["serve", "/models/m"]
     assert argv[argv.index("--host") + 1] == LOOPBACK == "127.0.0.1"
-    assert argv[argv.index("--port") + 1] == "8123" and argv[argv.index("--device") + 1] == "cpu"
+    assert argv[argv.index("--port") + 1] == "8123"
+    assert argv[argv.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in argv
+
+
+def _needs_vllm() -> None:
+    import_or_skip("vllm")
+    if reason := vllm_missing():
+        pytest.fail(reason) if os.environ.get("CI") or os.environ.get("CLEANER_REQUIRE_DEPS") else pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    _needs_vllm()
     log = tmp_path_factory.mktemp("serve") / "server.log"
-    with Server("smollm2", log_path=log) as running:
+    with Server("smollm2-tools", log_path=log) as running:
         yield running
 
 
+def _both_arms() -> list[Any]:
+    """The aime24 fixture task with SAAR on and with SAAR off (one eval runs both, on one model)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("aime24_task", ROOT / "tasks" / "aime24.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = {"data": "fixture", "max_turns": 3, "max_tokens": 160, "sandbox": "local"}
+    return [module.aime24(saar=saar, **args) for saar in (True, False)]
+
+
+def _tool_calls_from_the_parser(sample: Any) -> int:
+    """Calls that came back structured (the server's parser), counted in the sample's model events."""
+    from inspect_ai.event import ModelEvent
+
+    calls = [e for e in sample.events if isinstance(e, ModelEvent)]
+    assert calls and all(e.error is None for e in calls)
+    return sum(1 for e in calls if e.output.message.tool_calls)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("saar", [True, False], ids=["saar-on", "saar-off"])
-def test_inspect_sglang_provider_runs_a_sample_against_transformers_serve(
-    server: Server, saar: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base_tokenizer: Any
+def test_inspect_sglang_provider_runs_both_arms_against_vllm(
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, base_tokenizer: Any
 ) -> None:
     from inspect_ai import eval
     from inspect_ai.event import ModelEvent
@@ -93,29 +133,69 @@ def test_inspect_sglang_provider_runs_a_sample_against_transformers_serve(
 
     monkeypatch.setenv("SGLANG_BASE_URL", server.base_url)
     monkeypatch.chdir(ROOT)  # Inspect takes task files by relative path
-    log = eval(
-        "tasks/aime24.py",
+    logs = eval(
+        _both_arms(),
         model=f"sglang/{server.model}",
-        task_args={"data": "fixture", "saar": saar, "max_turns": 2, "max_tokens": 48, "sandbox": "local"},
-        limit=1,
+        limit=4,
         display="none",
         log_dir=str(tmp_path),
-    )[0]
-    assert log.status == "success", log.error
-    assert log.eval.model == f"sglang/{server.model}"
-    assert log.samples is not None and len(log.samples) == 1
-    sample = resolve_sample_attachments(log.samples[0])  # long texts are stored as attachments
-    assert sample.metadata["trajectory"]["saar_on"] is saar
-    assert sample.scores and sample.output.completion is not None
-    calls = [e for e in sample.events if isinstance(e, ModelEvent)]
-    assert calls and all(e.error is None for e in calls)
-    first = calls[0]
-    assert first.output.usage is not None and 0 < first.output.usage.output_tokens <= 48
-    assert any(m.role == "assistant" and m.text.strip() for m in sample.messages)
-    # the server saw the embedded provider's exact prompt: same token count as the shared rendering
-    prompt = [Message(m.role, m.text) for m in first.input if m.role in ("system", "user")]  # type: ignore[arg-type]
-    assert first.output.usage.input_tokens == len(chat.render_ids(base_tokenizer, prompt))
+    )
+    structured = 0
+    for log, saar in zip(logs, (True, False), strict=True):
+        assert log.status == "success", log.error
+        assert log.eval.model == f"sglang/{server.model}"
+        assert log.samples is not None and len(log.samples) == 4
+        for raw in log.samples:
+            sample = resolve_sample_attachments(raw)  # long texts are stored as attachments
+            assert sample.metadata["trajectory"]["saar_on"] is saar
+            structured += _tool_calls_from_the_parser(sample)
+            first = next(e for e in sample.events if isinstance(e, ModelEvent))
+            # the server saw the embedded provider's exact prompt: same token count as the shared rendering
+            prompt = [Message(m.role, m.text) for m in first.input if m.role in ("system", "user")]  # type: ignore[arg-type]
+            assert first.output.usage is not None
+            assert first.output.usage.input_tokens == len(chat.render_ids(base_tokenizer, prompt))
+    assert structured > 0  # the warm model calls the tool; the calls arrive parsed by vLLM's hermes parser
     assert 'POST /v1/chat/completions HTTP/1.1" 200' in server.log_path.read_text()
+
+
+@pytest.mark.slow
+def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU user's command: ``--model vllm/<dir> -M enable_auto_tool_choice=true -M tool_call_parser=hermes``."""
+    from inspect_ai import eval
+    from inspect_ai.log import resolve_sample_attachments
+
+    from harness.engines.serve import served_dir, server_env
+
+    _needs_vllm()
+    for key, value in server_env({}).items():  # KV cache, offline, no usage statistics (tox sets them too)
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("VLLM_BASE_URL", raising=False)
+    monkeypatch.chdir(ROOT)
+    model_dir = served_dir("smollm2-tools")
+    args = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes", "host": LOOPBACK, "enforce_eager": True}
+    logs = eval(
+        _both_arms(),  # one eval, one model: Inspect starts one server for both arms
+        model=f"vllm/{model_dir}",
+        model_args={**args, "max_model_len": 4096, "dtype": "bfloat16"},
+        limit=4,
+        display="none",
+        log_dir=str(tmp_path),
+    )
+    structured = 0
+    for log, saar in zip(logs, (True, False), strict=True):
+        assert log.status == "success", log.error
+        assert log.eval.model == f"vllm/{model_dir}"
+        assert log.samples is not None and len(log.samples) == 4
+        for raw in log.samples:
+            sample = resolve_sample_attachments(raw)
+            summary = sample.metadata["trajectory"]
+            assert summary["saar_on"] is saar and summary["tool_calls"] >= 1
+            structured += _tool_calls_from_the_parser(sample)
+            saar_info = [e for e in sample.events if getattr(e, "source", None) == "SAAR"]
+            assert len(saar_info) == 1 and saar_info[0].data["saar_on"] is saar  # the SAAR record, in both arms
+    assert structured > 0
 
 
 @pytest.mark.slow
@@ -140,3 +220,87 @@ def test_the_server_samples_with_the_requested_temperature_and_seed(server: Serv
     assert len(set(samples)) == 3, samples
     assert ask(1.0, 2) == samples[1]  # requests one at a time: a seed repeats its sample
     assert ask(0.0, 1) == ask(0.0, 2)  # greedy ignores the seed
+
+
+def test_a_port_in_use_is_a_clear_error() -> None:
+    _needs_vllm()
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind((LOOPBACK, 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        server = Server("smollm2-tools", port=port)
+        with pytest.raises(ServeError, match=f"port {port} on 127.0.0.1 is in use"):
+            server.start()
+        assert server.process is None
+
+
+def test_vllm_missing_is_said_once_and_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    reason = vllm_missing()
+    assert reason is not None and "vLLM is not installed" in reason
+    with pytest.raises(ServeError, match="cannot serve smollm2 with vLLM: vLLM is not installed"):
+        Server("smollm2")
+
+
+def test_a_model_directory_without_a_usable_chat_template_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    assert "has no chat template" in (chat_template_problem(tmp_path) or "")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0].content }}"}))
+    assert "ignores `tools`" in (chat_template_problem(tmp_path) or "")
+    (tmp_path / "tokenizer_config.json").write_text("{not json")
+    assert "is not valid JSON" in (chat_template_problem(tmp_path) or "")
+    (tmp_path / "chat_template.jinja").write_text("{% if tools %}{{ tools }}{% endif %}")
+    assert chat_template_problem(tmp_path) is None
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM killed while samples run: the eval errors with the connection failure, no sample is scored as the
+    model's failure, and ``eval_retry`` can run the rest later."""
+    import signal
+    import threading
+    import time
+
+    from inspect_ai import eval
+
+    _needs_vllm()
+    monkeypatch.chdir(ROOT)
+    dying = Server("smollm2-tools", log_path=tmp_path / "server.log").start()
+    process = dying.process
+    assert process is not None
+
+    def kill_after_the_first_completion() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "POST /v1/chat/completions" not in dying.log_path.read_text():
+            time.sleep(0.1)
+        os.killpg(process.pid, signal.SIGKILL)  # dies, as an engine does when it runs out of memory
+
+    killer = threading.Thread(target=kill_after_the_first_completion, daemon=True)
+    killer.start()
+    try:
+        monkeypatch.setenv("VLLM_BASE_URL", dying.base_url)
+        log = eval(
+            "tasks/aime24.py",
+            model=f"vllm/{dying.model}",
+            task_args={"data": "fixture", "saar": True, "max_turns": 4, "max_tokens": 64, "sandbox": "local"},
+            limit=4,
+            max_retries=1,
+            timeout=15,
+            display="none",
+            log_dir=str(tmp_path / "logs"),
+        )[0]
+    finally:
+        killer.join(timeout=130)
+        dying.stop()
+    assert log.status == "error"
+    assert log.error is not None and "connect" in log.error.message.lower(), log.error.message
+    for sample in log.samples or []:
+        if sample.error is not None:
+            assert not sample.scores  # an engine failure is never the model's failure

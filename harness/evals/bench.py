@@ -1,28 +1,29 @@
-"""Throughput of the two CPU engines at 1, 4 and 8 concurrent samples: prints figures, asserts nothing.
+"""The engines on the same problems at 1, 4, 8 and 16 concurrent samples: prints figures, asserts nothing.
 
-python -m harness.evals.bench                          # smollm2, 8 samples, concurrency 1 4 8
-python -m harness.evals.bench --model smollm2-tools --engines embedded served
+python -m harness.evals.bench                                    # smollm2-tools, every engine, 1 4 8 16
+python -m harness.evals.bench --engines vllm-server --concurrency 16 32
 
-Every run is the same real evaluation: ``tasks/aime24.py -T data=fixture`` (4 problems,
-``--samples / 4`` epochs), the local sandbox, the reference sampling (temperature 1.0,
-top_p 0.6, per-sample seeds), at most ``--max-turns`` turns of ``--max-tokens`` tokens.
-Engines:
+Every run is the same evaluation of the AIME fixture (4 problems, ``--samples / 4`` epochs,
+the local sandbox, temperature 1.0, top_p 0.6, per-sample seeds, at most ``--max-turns``
+turns of ``--max-tokens`` tokens). Engines:
 
-* ``embedded``: the in-process ``embedded/`` provider, whose requests are batched by
-  :class:`harness.engines.generation.Batcher` (``-M max_batch=<concurrency>``);
-* ``served``: Inspect's own ``sglang/`` provider against ``transformers serve`` on loopback
-  (one request generated at a time);
-* ``served-cb``: the same server with ``--continuous-batching`` (paged attention; note that
-  it applies the first request's sampling settings to every request and ignores per-request seeds).
+* ``embedded``: the in-process ``embedded/`` provider (transformers), requests batched by
+  :class:`harness.engines.generation.Batcher` (``-M max_batch=<concurrency>``), through Inspect;
+* ``vllm-server``: Inspect's own ``vllm/`` provider against vLLM's OpenAI server on loopback
+  (:class:`harness.engines.serve.Server`, the hermes tool parser);
+* ``vllm-offline``: vLLM's in-process ``AsyncLLM`` (:mod:`harness.engines.vllm_offline`) driving
+  the rollout core directly, token ids in and out, as the trainers use it (no Inspect, no HTTP).
 
-Inspect runs ``concurrency`` samples at once (``max_samples`` and ``max_connections``).
-Figures: wall seconds, generated tokens (the model usage Inspect records), tokens/s,
-seconds per sample, and the 1-minute load average at the end (the CPU is shared).
+Figures: wall seconds, generated tokens, tokens/s, samples/s, and the harness's own time per turn
+outside the engine (a sample's wall time minus the time its generations were in flight, over its
+turns: tool calls, rendering, parsing, Inspect's bookkeeping), and the 1-minute load average at the
+end (the CPU is shared).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 import tempfile
@@ -30,9 +31,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-ENGINES = ("embedded", "served", "served-cb")
+ENGINES = ("embedded", "vllm-server", "vllm-offline")
+TASK_ARGS = {"data": "fixture", "sandbox": "local", "temperature": 1.0, "top_p": 0.6}
 
 
 @dataclass
@@ -42,6 +45,8 @@ class Figures:
     samples: int
     seconds: float
     output_tokens: int
+    turns: int
+    outside_s: float  #: seconds of the samples' wall time with no generation in flight, summed
     status: str
     load: float
 
@@ -50,34 +55,32 @@ class Figures:
         return self.output_tokens / self.seconds if self.seconds else 0.0
 
     def row(self) -> str:
-        per_sample = self.seconds / self.samples if self.samples else 0.0
+        per_turn_ms = 1000 * self.outside_s / self.turns if self.turns else 0.0
         return (
-            f"{self.engine:10s} {self.concurrency:11d} {self.samples:7d} {self.seconds:8.1f} {self.output_tokens:7d} "
-            f"{self.tokens_per_s:7.1f} {per_sample:9.1f} {self.load:5.1f}  {self.status}"
+            f"{self.engine:12s} {self.concurrency:11d} {self.samples:7d} {self.seconds:8.1f} {self.output_tokens:7d} "
+            f"{self.tokens_per_s:7.1f} {self.samples / self.seconds:9.3f} {per_turn_ms:13.0f} {self.load:5.1f}  "
+            f"{self.status}"
         )
 
 
-HEADER = "engine     concurrency samples   wall_s  tokens   tok/s  s/sample  load  status"
+HEADER = "engine       concurrency samples   wall_s  tokens   tok/s samples/s outside_ms/turn  load  status"
 
 
 def run_eval(model: str, concurrency: int, args: argparse.Namespace, model_args: dict[str, object]) -> Figures:
-    """One timed evaluation of the AIME fixture with ``concurrency`` samples at once."""
+    """One timed evaluation of the AIME fixture with ``concurrency`` samples at once, through Inspect."""
     from inspect_ai import eval
+    from inspect_ai.event import ModelEvent
 
-    epochs = max(1, args.samples // 4)
     start = time.monotonic()
     log = eval(
         "tasks/aime24.py",
         model=model,
         model_args=model_args,
         task_args={
-            "data": "fixture",
-            "sandbox": "local",
-            "epochs": epochs,
+            **TASK_ARGS,
+            "epochs": max(1, args.samples // 4),
             "max_turns": args.max_turns,
             "max_tokens": args.max_tokens,
-            "temperature": 1.0,
-            "top_p": 0.6,
             "seed": args.seed,
         },
         max_samples=concurrency,
@@ -88,17 +91,73 @@ def run_eval(model: str, concurrency: int, args: argparse.Namespace, model_args:
     seconds = time.monotonic() - start
     usage = log.stats.model_usage if log.stats else {}
     tokens = sum(u.output_tokens for u in usage.values())
+    turns, outside = 0, 0.0
+    for sample in log.samples or []:
+        events = [e for e in sample.events if isinstance(e, ModelEvent) and e.completed is not None]
+        in_flight = sum((e.completed - e.timestamp).total_seconds() for e in events)  # type: ignore[operator]
+        turns += len(events)
+        outside += max(0.0, (sample.total_time or 0.0) - in_flight)
     samples = len(log.samples or [])
-    return Figures("", concurrency, samples, seconds, tokens, log.status, os.getloadavg()[0])
+    return Figures("", concurrency, samples, seconds, tokens, turns, outside, log.status, os.getloadavg()[0])
+
+
+async def run_offline(engine: Any, tokenizer: Any, concurrency: int, args: argparse.Namespace) -> Figures:
+    """The same samples through the rollout core on vLLM's in-process engine, ``concurrency`` at a time."""
+    from harness.benchmarks.datasets import load_aime24
+    from harness.core.messages import user
+    from harness.core.problems import rollout_config
+    from harness.core.rollout import rollout
+    from harness.core.seeds import trajectory_seed
+    from sandboxes.local import LocalSandbox
+
+    problems = load_aime24("fixture")
+    epochs = max(1, args.samples // 4)
+    config = rollout_config("math", max_turns=args.max_turns)
+    generate = engine.generator(tokenizer, max_tokens=args.max_tokens, temperature=1.0, top_p=0.6)
+    gate = asyncio.Semaphore(concurrency)
+    totals = {"tokens": 0, "turns": 0, "outside": 0.0}
+
+    async def one(problem: Any, epoch: int) -> None:
+        in_flight = 0.0
+
+        async def timed(context: Any, *, seed: int | None = None) -> Any:
+            nonlocal in_flight
+            t0 = time.monotonic()
+            gen = await generate(context, seed=seed)
+            in_flight += time.monotonic() - t0
+            totals["tokens"] += gen.output_tokens
+            totals["turns"] += 1
+            return gen
+
+        async with gate:
+            sandbox = LocalSandbox()
+            started = time.monotonic()
+            try:
+                seed = trajectory_seed(args.seed, problem.id, epoch)
+                await rollout([user(problem.prompt)], timed, sandbox, config, seed=seed)
+            finally:
+                await sandbox.close()
+            totals["outside"] += time.monotonic() - started - in_flight
+
+    start = time.monotonic()
+    await asyncio.gather(*(one(p, e) for e in range(1, epochs + 1) for p in problems))
+    seconds = time.monotonic() - start
+    n = len(problems) * epochs
+    return Figures(
+        "", concurrency, n, seconds, totals["tokens"], totals["turns"], totals["outside"], "success", os.getloadavg()[0]
+    )
 
 
 def bench(args: argparse.Namespace) -> list[Figures]:
-    from harness.engines.serve import Server, free_port, model_spec
+    from harness.engines.serve import Server, model_spec, served_dir
 
     results: list[Figures] = []
-    # Inspect keeps one client per model name for the process: every server gets the same port so that the
-    # client made for the first one still reaches the one running now
-    port = free_port()
+
+    def report(engine: str, fig: Figures) -> None:
+        fig.engine = engine
+        results.append(fig)
+        print(fig.row(), flush=True)
+
     print(HEADER, flush=True)
     for engine in args.engines:
         if engine == "embedded":
@@ -106,38 +165,43 @@ def bench(args: argparse.Namespace) -> list[Figures]:
 
             embedded.shared_model(model_spec(args.model))  # loading is not part of the figures
             for c in args.concurrency:
-                fig = run_eval(f"embedded/{model_spec(args.model)}", c, args, {"max_batch": c, "threads": args.threads})
-                fig.engine = engine
-                results.append(fig)
-                print(fig.row(), flush=True)
-            continue
-        log = Path(args.log_dir) / f"{engine}-server.log"
-        started = time.monotonic()
-        cb = engine == "served-cb"
-        with Server(args.model, port=port, threads=args.threads, continuous_batching=cb, log_path=log) as s:
-            print(f"# {engine}: server up in {time.monotonic() - started:.1f} s ({s.base_url})", flush=True)
-            os.environ["SGLANG_BASE_URL"] = s.base_url
-            for c in args.concurrency:
-                fig = run_eval(f"sglang/{s.model}", c, args, {})
-                fig.engine = engine
-                results.append(fig)
-                print(fig.row(), flush=True)
+                report(engine, run_eval(f"embedded/{model_spec(args.model)}", c, args, {"max_batch": c}))
+        elif engine == "vllm-server":
+            with Server(model_spec(args.model), log_path=Path(args.log_dir) / "vllm-server.log") as s:
+                print(f"# {engine}: server up in {s.start_seconds:.1f} s ({s.base_url})", flush=True)
+                os.environ["VLLM_BASE_URL"] = s.base_url
+                for c in args.concurrency:
+                    report(engine, run_eval(f"vllm/{s.model}", c, args, {}))
+        else:
+            from transformers import AutoTokenizer
+
+            from harness.engines.vllm_offline import OfflineEngine
+
+            model_dir = served_dir(model_spec(args.model))
+            started = time.monotonic()
+            offline = OfflineEngine(model_dir)
+            print(f"# {engine}: engine built in {time.monotonic() - started:.1f} s", flush=True)
+            tokenizer = AutoTokenizer.from_pretrained(model_dir)
+            try:
+                for c in args.concurrency:
+                    report(engine, asyncio.run(run_offline(offline, tokenizer, c, args)))
+            finally:
+                offline.shutdown()
     return results
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.evals.bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2", help="smollm2 (default), smollm2-tools, a dir or .gguf")
-    parser.add_argument("--engines", nargs="+", default=list(ENGINES[:2]), choices=ENGINES)
-    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 8])
-    parser.add_argument("--samples", type=int, default=8, help="samples per run (4 fixture problems x samples/4)")
-    parser.add_argument("--max-turns", type=int, default=2)
-    parser.add_argument("--max-tokens", type=int, default=96)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of the engine")
+    parser.add_argument("--model", default="smollm2-tools", help="smollm2-tools (default), smollm2, a dir or .gguf")
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 8, 16])
+    parser.add_argument("--samples", type=int, default=16, help="samples per run (4 fixture problems x samples/4)")
+    parser.add_argument("--max-turns", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-dir", default=None, help="eval logs and server logs (default: a temporary directory)")
     args = parser.parse_args(argv)
-    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench-serve-")
+    args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench-engines-")
     os.chdir(ROOT)  # Inspect takes task files by relative path
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     results = bench(args)
@@ -147,5 +211,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0 if all(r.status == "success" for r in results) else 1
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # vLLM's engine core starts with spawn: keep the module importable without side effects
     sys.exit(main())
