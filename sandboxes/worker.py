@@ -36,6 +36,7 @@ import base64
 import gc
 import json
 import os
+import select
 import selectors
 import signal
 import socket
@@ -44,7 +45,7 @@ import time
 
 from sandboxes import worker_procs
 from sandboxes.worker_procs import REAPED, empty_dir, kill_others, oom_kills, other_pids
-from sandboxes.worker_program import _child_setup, _decode_status, _session_loop, _Spare
+from sandboxes.worker_program import _child_setup, _decode_status, _session_loop, _Spare, collapse_heap, set_dumpable
 from sandboxes.worker_wire import LEN as _LEN
 from sandboxes.worker_wire import read_exact as _read_exact
 from sandboxes.worker_wire import read_frame, write_frame
@@ -56,6 +57,8 @@ _DEFAULTS = {
     "stateful": False,
     "max_output": 4 * 1024 * 1024,
     "fresh_workdir": False,
+    "spares": 2,  #: program processes kept forked ahead (stateless mode)
+    "hugepages": True,  #: back the preloaded heap with huge pages (cheaper forks and exits)
 }
 
 
@@ -65,7 +68,7 @@ class Worker:
         self.workdir = self.config["workdir"]
         self.session_pid = None
         self.session_sock = None
-        self.spare = None
+        self.spares = []  #: program processes forked ahead, oldest first
         self.finished = None  #: the last program process, done but maybe still exiting
         #: processes that were there before the worker (an init, the exec transport's idle process)
         self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if worker_procs.CONTAINED else set()
@@ -77,32 +80,60 @@ class Worker:
             except Exception:  # noqa: BLE001 - a missing optional module is reported by ping
                 pass
         gc.freeze()  # the preloaded objects stay out of the collector's way (fewer copy-on-write faults after fork)
+        self.hugepages_mb = collapse_heap() if self.config["hugepages"] else 0
 
     def keep(self):
         keep = {os.getpid(), os.getppid(), 1} | self.infrastructure
-        for pid in (self.session_pid, self.spare.pid if self.spare else None):
-            if pid is not None:
-                keep.add(pid)
+        if self.session_pid is not None:
+            keep.add(self.session_pid)
+        keep.update(spare.pid for spare in self.spares)
         return keep
 
     def ping(self, request):
-        return {"ok": True, "pid": os.getpid(), "preloaded": self.preloaded, "python": sys.version.split()[0]}
+        return {
+            "ok": True,
+            "pid": os.getpid(),
+            "preloaded": self.preloaded,
+            "python": sys.version.split()[0],
+            "spares": len(self.spares),
+            "hugepages_mb": self.hugepages_mb,
+        }
 
     def reset(self, request):
         self.stop_session()
-        self.drop_spare()
+        self.drop_spares()
         killed = kill_others(self.keep())
         empty_dir(self.workdir)
         for path in self.config["scratch"]:
             empty_dir(path)
         return {"ok": True, "killed": killed}
 
-    def after_response(self):
-        """Work done once the answer is out, so that it overlaps the host's turn: kill leftovers, fork the spare."""
+    def after_response(self, req_fd=None):
+        """Work done once the answer is out, so that it overlaps the host's turn.
+
+        First every process of the call is killed (nothing of it runs during the next
+        call). Then the spares are refilled, one fork at a time, but only while no
+        request is waiting on ``req_fd``: a request that came back at once is served by
+        a spare forked earlier, and the refill waits until the worker is idle again.
+        """
         finished, self.finished = self.finished, None
         kill_others(self.keep(), once=() if finished is None else (finished,))
-        if not self.config["stateful"] and self.spare is None:
-            self.spare = _Spare(self.workdir)
+        if self.config["stateful"]:
+            return
+        self.spares = [spare for spare in self.spares if spare.usable() or spare.discard()]
+        while len(self.spares) < max(1, int(self.config["spares"])):
+            if self.spares and req_fd is not None and _waiting(req_fd):
+                return
+            self.spares.append(_Spare(self.workdir))
+
+    def _take_spare(self):
+        """The oldest spare still waiting for its code, else one forked now."""
+        while self.spares:
+            spare = self.spares.pop(0)
+            if spare.usable():
+                return spare
+            spare.discard()
+        return _Spare(self.workdir)
 
     # ---- the stateful session
 
@@ -134,10 +165,10 @@ class Worker:
         child.close()
         self.session_pid, self.session_sock = pid, parent
 
-    def drop_spare(self):
-        if self.spare is not None:
-            self.spare.discard()
-            self.spare = None
+    def drop_spares(self):
+        spares, self.spares = self.spares, []
+        for spare in spares:
+            spare.discard()
 
     # ---- one call
 
@@ -186,7 +217,7 @@ class Worker:
                 os.close(fd)
             call = _Call(None, in_w, out_r, err_r, self.session_sock.fileno())
         else:
-            spare, self.spare = self.spare or _Spare(self.workdir), None
+            spare = self._take_spare()
             call = _Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r)
             try:
                 write_frame(spare.ctl_w, {"code": code})
@@ -281,7 +312,10 @@ class Worker:
                 elif fd == watch:
                     done = True
             if pid is not None and watch is None and not done:
-                wpid, status = os.waitpid(pid, os.WNOHANG)
+                try:
+                    wpid, status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # reaped by the SIGCHLD handler
+                    wpid, status = pid, REAPED.pop(pid, 0)
                 if wpid == pid:
                     exit_code, reaped, done = _decode_status(status), True, True
         for fd in (call.status_fd, watch):
@@ -356,6 +390,14 @@ class Worker:
                 return exceeded, False
 
 
+def _waiting(fd):
+    """Whether a request is already waiting on ``fd``."""
+    try:
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError):
+        return False
+
+
 class _Call:
     """The descriptors of one running call: stdin to feed, output to read, where the status comes."""
 
@@ -367,6 +409,13 @@ def main():
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     worker_procs.CONTAINED = bool(config.get("contained"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
+    # Finished programs exit at idle priority, after the answer: reap them when they are done, so that the
+    # next program sees no zombie.
+    signal.signal(signal.SIGCHLD, lambda signum, frame: worker_procs.reap())
+    # Not dumpable (inherited by every fork until a program process makes itself dumpable again): the
+    # programs, which run as the same uid, can neither trace the worker and the spares nor open their
+    # descriptors through /proc.
+    set_dumpable(False)
     # Requests come on fd 0 and answers go to fd 1; move them out of the way of the programs' stdio.
     req_fd = os.dup(0)
     resp_fd = os.dup(1)
@@ -389,9 +438,9 @@ def main():
             response = {"error": f"worker error: {type(exc).__name__}: {exc}"}
         response["id"] = request.get("id")
         write_frame(resp_fd, response)
-        worker.after_response()
+        worker.after_response(req_fd)
     worker.stop_session()
-    worker.drop_spare()
+    worker.drop_spares()
     kill_others(worker.keep())
 
 

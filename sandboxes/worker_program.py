@@ -12,18 +12,83 @@ import signal
 import socket
 import sys
 
+try:  # standard library, but an interpreter may be built without it
+    import ctypes
+
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _prctl = _libc.prctl
+except (ImportError, OSError, AttributeError):
+    _libc = _prctl = None
+
 from sandboxes.worker_wire import LEN as _LEN
 from sandboxes.worker_wire import read_frame
 
+PR_SET_DUMPABLE = 4
+MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
 
-def _child_setup(workdir):
-    """What every forked program process does first: own session, OOM victim, default signals."""
-    os.setsid()
+
+def set_dumpable(flag):
+    """``prctl(PR_SET_DUMPABLE)``: a process that is not dumpable cannot be traced, nor its ``/proc/PID/fd``
+    opened, by the programs (which run as the same uid). True when it took effect."""
+    return _prctl is not None and _prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0) == 0
+
+
+def collapse_heap():
+    """Back the anonymous memory this process holds now with huge pages (``MADV_COLLAPSE``, Linux >= 6.1).
+
+    A fork then copies one page-table entry per 2 MiB instead of 512, and a program's exit
+    unmaps as few; pages the worker writes later are split back by the kernel, the rest (the
+    preloaded modules, frozen) stay huge. Returns the MiB collapsed (0 where unsupported).
+    """
+    if _libc is None:
+        return 0
+    madvise = _libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    huge, done = 2 << 20, 0
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read().splitlines()
+    except OSError:
+        return 0
+    for line in maps:
+        parts = line.split()
+        if parts[1] != "rw-p" or (len(parts) > 5 and parts[5] != "[heap]"):
+            continue  # anonymous (or brk heap) private memory only
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        start, end = (lo + huge - 1) // huge * huge, hi // huge * huge
+        if end > start and madvise(start, end - start, MADV_HUGEPAGE) == 0:
+            if madvise(start, end - start, MADV_COLLAPSE) == 0:
+                done += (end - start) >> 20
+    return done
+
+
+def _become_program():
+    """What a forked process does right before it runs model code: traceable again, the OOM killer's victim."""
+    set_dumpable(True)  # the worker is not dumpable (see worker.main); the program's own /proc/self works
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")  # the program, never the worker, is what the OOM killer takes
     except OSError:
         pass
+
+
+def _idle_exit():
+    """Before a finished program's exit: the teardown of its address space runs at idle priority, behind the
+    next call (it is killed by the worker at once anyway; nothing of the program runs after this)."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):
+        pass
+
+
+def _child_setup(workdir, program=True):
+    """What every forked program process does first: own session, OOM victim, default signals.
+
+    A spare (``program=False``) stays not dumpable and out of the OOM killer's choice until its code comes.
+    """
+    os.setsid()
+    if program:
+        _become_program()
     try:
         # Inside the container's CPU share, the worker must win against a fork bomb to end it in time;
         # a program alone in its container runs at full speed whatever its niceness.
@@ -32,6 +97,7 @@ def _child_setup(workdir):
         pass
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the worker's reaper is not the program's
     try:
         os.chdir(workdir)
     except OSError:
@@ -141,7 +207,10 @@ class _Spare:
 
     It is set up completely (own session, stdio on fresh pipes, work dir) and waits
     for its code on a control pipe; after running it, it releases its stdio and
-    writes its exit status to a status pipe.
+    writes its exit status to a status pipe. Until its code comes it is not dumpable
+    (inherited from the worker), so a program running meanwhile cannot open its pipes
+    through ``/proc`` nor trace it; it can kill or stop it, which the worker checks
+    before it hands the spare a call (:meth:`usable`).
     """
 
     def __init__(self, workdir):
@@ -156,7 +225,7 @@ class _Spare:
             try:
                 for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
                     os.close(fd)
-                _child_setup(workdir)
+                _child_setup(workdir, program=False)
                 _bind_stdio(in_r, out_w, err_w)
                 ctl = os.dup2(ctl_r, 3)
                 st = os.dup2(st_w, 4)
@@ -165,16 +234,32 @@ class _Spare:
                 if request is None:
                     os._exit(0)
                 os.close(ctl)
+                _become_program()
                 status = execute(request["code"], _fresh_namespace())
                 _join_threads()
                 devnull = os.open(os.devnull, os.O_RDWR)
                 for target in (0, 1, 2):  # release the pipes so that the worker sees their end
                     os.dup2(devnull, target)
                 os.write(st, _LEN.pack(status))
+                _idle_exit()
             finally:
                 os._exit(status)
         for fd in (in_r, out_w, err_w, ctl_r, st_w):
             os.close(fd)
+
+    def usable(self):
+        """Whether the spare is still waiting for its code (a program may have killed or stopped it)."""
+        try:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return False  # already reaped: dead
+        if pid:
+            return False
+        try:
+            os.kill(self.pid, signal.SIGCONT)  # undo a SIGSTOP a program may have sent it
+        except ProcessLookupError:
+            return False
+        return True
 
     def discard(self):
         for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
