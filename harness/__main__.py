@@ -1,6 +1,7 @@
 """``python -m harness``: SAAR ablations (compare), regression evals (regression) and the CPU demo (demo).
 
-python -m harness compare --tasks aime24 gpqa --model sglang/Qwen/Qwen3-4B --epochs 16
+python -m harness compare --tasks aime24 gpqa --model sglang/Qwen/Qwen3-4B-Instruct-2507 -M tool_call_parser=qwen25 \\
+    --epochs 16
 python -m harness compare --from-logs /cluster/logs/run7 --run run7
 python -m harness regression                       # every results/baselines/*.yaml
 python -m harness demo                             # the warm model on vLLM (or in process), SAAR on vs off
@@ -62,8 +63,8 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
         "--preset",
         default=None,
         choices=sorted(PRESETS),
-        help="a named evaluation protocol for every task (cleaner-paper: the authors' evaluation); "
-        "both arms run it, with SAAR on and off",
+        help="a named evaluation protocol for every task (cleaner-paper: the authors' 4B evaluation; "
+        "cleaner-paper-7b: their 7B one); both arms run it, with SAAR on and off",
     )
     p.add_argument(
         "--epochs", type=int, default=None, help="samples per problem (pass@1 = mean over epochs; default: preset or 1)"
@@ -301,7 +302,7 @@ def _vllm_engine(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any]
 def _demo(args: argparse.Namespace, model: str, run_options: dict[str, Any], engine_note: str) -> int:
     from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl
     from harness.reports.compare import read_arms, run_arms
-    from harness.reports.report import side_by_side, write_report
+    from harness.reports.report import paired_tests, side_by_side, verdict, write_report
 
     out = args.out
     started = time.monotonic()
@@ -347,6 +348,8 @@ def _demo(args: argparse.Namespace, model: str, run_options: dict[str, Any], eng
         replay_arms, out / "replay", title=f"SAAR demo: {DEMO_REPLAY} on {DEMO_TASK}", notes=replay_notes
     )
     print(side_by_side(arms))
+    for test in paired_tests(arms):
+        print(verdict(test))
     print(f"\nThe mechanism on scripted completions ({DEMO_REPLAY}):\n")
     print(side_by_side(replay_arms))
     print(f"\nreports: {report}, {replay_report}  (total {time.monotonic() - started:.0f} s)")

@@ -243,3 +243,14 @@ def test_the_committed_purification_logs_read_as_their_readme_says(tmp_path: Pat
     assert (test.method, test.off, test.on) == ("mcnemar", pytest.approx(5 / 24), pytest.approx(7 / 24))
     text = write_report(arms, tmp_path).read_text()
     assert "| demo-2001-0010-modular | 1 | 0 | TypeError | shallow | 0.67 | `print(divmod(65, 7)**359) % 7` " in text
+
+
+def test_the_verdict_says_plainly_whether_the_difference_is_significant() -> None:
+    from harness.reports.report import PairedTest, verdict
+
+    noise = PairedTest("aime24", 100, 0.39, 0.41, 0.02, -0.03, 0.07, "bootstrap", 0.43, 0.43)
+    assert verdict(noise).startswith("aime24: NOT significant at the 5% level")
+    real = PairedTest("aime24", 100, 0.30, 0.45, 0.15, 0.06, 0.24, "mcnemar", 0.002, 0.003, (18, 3))
+    assert "significant at the 5% level: SAAR on is better by 0.150" in verdict(real)
+    worse = PairedTest("aime24", 100, 0.45, 0.30, -0.15, -0.24, -0.06, "mcnemar", 0.002, 0.003, (3, 18))
+    assert "SAAR off is better" in verdict(worse)

@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 from harness.core import protocol, seeds
 from harness.core.messages import Generation, Message
 from harness.core.metrics import TrajectoryMetrics
-from harness.core.saar import SaarConfig, SaarEvent, rollback
+from harness.core.saar import SaarConfig, SaarEvent, Spans, no_spans, rollback
 from sandboxes.base import ExecResult, Sandbox, SandboxError
 
 StopReason = Literal["answer", "max_turns", "length", "token_budget", "running"]
@@ -95,9 +95,11 @@ class RolloutState:
         config: RolloutConfig,
         saar_on: bool,
         seed: int | None = None,
+        spans: Spans = no_spans,
     ):
         self.messages = list(messages)
         self.seed = seed
+        self.spans = spans
         self.generations = 0  #: generations so far (numbers the parsed calls' ids)
         self.config = config
         self.rollback_on = saar_on
@@ -198,17 +200,19 @@ async def rollout(
     rng: random.Random | None = None,
     *,
     seed: int | None = None,
+    spans: Spans = no_spans,
 ) -> Trajectory:
     """Run one tool-use trajectory from ``prompt`` to an answer or a limit.
 
     ``seed`` is the trajectory's seed (:func:`harness.core.seeds.trajectory_seed`): each generation
     is called with a seed derived from it, the turn and the SAAR retry. SAAR is drawn once per
-    trajectory from ``config.saar`` with ``rng`` (default: seeded from ``seed``, or 0).
+    trajectory from ``config.saar`` with ``rng`` (default: seeded from ``seed``, or 0). ``spans``
+    opens the transcript spans SAAR marks its rollbacks with (Inspect's ``span`` at evaluation).
     """
     if rng is None:
         rng = random.Random(0 if seed is None else seeds.saar_draw_seed(seed))
     saar_on = config.saar.draw(rng)
-    state = RolloutState(prompt, generate, sandbox, config, saar_on, seed)
+    state = RolloutState(prompt, generate, sandbox, config, saar_on, seed, spans)
     while state.stop_reason == "running":
         if state.assistant_turns >= config.max_turns:
             state.stop("max_turns")

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import random
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal, Protocol
 
@@ -61,6 +62,18 @@ class SaarConfig:
         return self.enabled and (self.prob >= 1.0 or rng.random() < self.prob)
 
 
+class Spans(Protocol):
+    """Opens a named span of a transcript (the Inspect face passes Inspect's own ``span``); SAAR marks each
+    rollback and each of its regenerations with one, so a reader can follow them."""
+
+    def __call__(self, name: str, type: str) -> AbstractAsyncContextManager[Any]: ...
+
+
+def no_spans(name: str, type: str) -> AbstractAsyncContextManager[Any]:
+    """No transcript: the trainers' default."""
+    return nullcontext()
+
+
 class RollbackState(Protocol):
     """What SAAR reads and changes of a running rollout (:class:`harness.core.rollout.RolloutState` is one).
 
@@ -69,6 +82,7 @@ class RollbackState(Protocol):
 
     messages: list[Message]
     rollback_on: bool
+    spans: Spans
 
     @property
     def saar(self) -> SaarConfig: ...
@@ -136,47 +150,56 @@ async def rollback(state: RollbackState, index: int, error: Message, error_kind:
 
     Returns the tool message to append after the (possibly replaced) turn, or None
     when the rollout must end here (the regenerated turn hit the length limit, or it
-    answered without a call and was appended itself).
+    answered without a call and was appended itself). The rollback is a ``saar`` span of
+    ``state.spans``, each regeneration (with the run of its call) a ``regeneration`` span in it.
     """
-    cfg = state.saar
     turn = state.assistant_turns - 1
+    async with state.spans(f"saar rollback: turn {turn}", "saar"):
+        return await _rollback(state, index, error, error_kind, turn)
+
+
+async def _rollback(
+    state: RollbackState, index: int, error: Message, error_kind: str | None, turn: int
+) -> Message | None:
+    cfg = state.saar
     for retry in range(1, cfg.max_retries + 1):
         if state.cap_reached():
             state.rollback_on = False
             state.record(SaarEvent(turn, retry, "cap", error_kind))
             return error
-        installed = state.messages[index]
-        gen, regenerated = await state.generate_turn([*state.messages[: index + 1], error], turn=turn, retry=retry)
-        if gen.truncated:
-            state.record(SaarEvent(turn, retry, "length", error_kind, tokens=gen.output_tokens))
-            state.stop("length")
-            return None
-        if not regenerated.call and not regenerated.call_error:
-            state.rollback_on = False
-            state.record(SaarEvent(turn, retry, "no_call", error_kind, tokens=gen.output_tokens))
-            state.messages.append(error)
-            state.messages.append(regenerated)
-            state.stop("answer")
-            return None
-        new_turn, action, ratio = replace_turn(installed, regenerated, cfg)
-        state.messages[index] = new_turn
-        result_msg, ok, kind = await state.execute(new_turn)
-        state.record(
-            SaarEvent(
-                turn,
-                retry,
-                action,
-                error_kind,
-                ratio,
-                ok,
-                gen.output_tokens,
-                failed_code=installed.call.code if installed.call else None,
-                new_code=regenerated.call.code if regenerated.call else None,
+        async with state.spans(f"regeneration {retry}", "regeneration"):
+            installed = state.messages[index]
+            gen, regenerated = await state.generate_turn([*state.messages[: index + 1], error], turn=turn, retry=retry)
+            if gen.truncated:
+                state.record(SaarEvent(turn, retry, "length", error_kind, tokens=gen.output_tokens))
+                state.stop("length")
+                return None
+            if not regenerated.call and not regenerated.call_error:
+                state.rollback_on = False
+                state.record(SaarEvent(turn, retry, "no_call", error_kind, tokens=gen.output_tokens))
+                state.messages.append(error)
+                state.messages.append(regenerated)
+                state.stop("answer")
+                return None
+            new_turn, action, ratio = replace_turn(installed, regenerated, cfg)
+            state.messages[index] = new_turn
+            result_msg, ok, kind = await state.execute(new_turn)
+            state.record(
+                SaarEvent(
+                    turn,
+                    retry,
+                    action,
+                    error_kind,
+                    ratio,
+                    ok,
+                    gen.output_tokens,
+                    failed_code=installed.call.code if installed.call else None,
+                    new_code=regenerated.call.code if regenerated.call else None,
+                )
             )
-        )
-        if ok:
-            return result_msg
-        error, error_kind = result_msg, kind
+            if ok:
+                return result_msg
+            error, error_kind = result_msg, kind
     # retries exhausted: the last error stays, with a note when it has been retried twice or more
     state.rollback_on = False
     state.record(SaarEvent(turn, cfg.max_retries + 1, "exhausted", error_kind))

@@ -16,9 +16,9 @@ The transcript holds the trajectory as Inspect's own events, in order:
   program (the exec's input), its exit status, its output, start and end. The rollout still gets the
   structured :class:`~sandboxes.base.ExecResult` (ok, error kind) the proxy cannot carry
   (:class:`TranscribedSandbox`);
-* every SAAR rollback is a ``saar`` span, from its first regeneration to the last call that ran,
-  with one ``regeneration`` span per retry holding that regeneration's model event and the run of the
-  call installed from it (:class:`RollbackSpans`). The failed call's own run comes just before it.
+* every SAAR rollback is a ``saar`` span (opened by :func:`harness.core.saar.rollback` through the
+  rollout's ``spans``), with one ``regeneration`` span per retry holding that regeneration's model event
+  and the run of the call installed from it. The failed call's own run comes just before it.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from inspect_ai.util import sandbox as inspect_sandbox
 from harness.core.messages import Generation, Message
 from harness.core.protocol import TOOL_NAME
 from harness.core.rollout import RolloutConfig, rollout
-from harness.core.seeds import generation_seed, trajectory_seed
+from harness.core.seeds import trajectory_seed
 from harness.evals.convert import PYTHON_TOOL, to_generation, to_inspect
 from sandboxes.base import ExecResult, Sandbox
 
@@ -126,51 +126,6 @@ class TranscribedSandbox(Sandbox):
         return run.result
 
 
-class RollbackSpans:
-    """A ``saar`` span around each SAAR rollback, a ``regeneration`` span around each of its retries.
-
-    The rollout seeds every generation from the trajectory seed, the turn and the retry
-    (:func:`harness.core.seeds.generation_seed`), so a generation's seed says which it is: a retry
-    > 0 is a regeneration. A rollback's span opens at its first regeneration and closes when the
-    rollout generates the next turn or ends, so it holds every regeneration and the run of each call
-    installed from one.
-    """
-
-    def __init__(self, seed: int, config: RolloutConfig) -> None:
-        self._which = {
-            generation_seed(seed, turn=t, retry=r): (t, r)
-            for t in range(config.max_turns)
-            for r in range(config.saar.max_retries + 1)
-        }
-        self._open: list[AbstractAsyncContextManager[None]] = []
-        self._turn: int | None = None
-
-    async def before_generation(self, seed: int | None) -> None:
-        turn, retry = self._which.get(seed, (None, 0)) if seed is not None else (None, 0)
-        if self._turn is not None and (retry == 0 or turn != self._turn):
-            await self.close()
-        if retry == 0:
-            return
-        if self._turn is None:
-            await self._enter(span(f"saar rollback: turn {turn}", type="saar"))
-            self._turn = turn
-        elif len(self._open) > 1:
-            await self._exit_one()  # the previous regeneration's span
-        await self._enter(span(f"regeneration {retry}", type="regeneration"))
-
-    async def close(self) -> None:
-        while self._open:
-            await self._exit_one()
-        self._turn = None
-
-    async def _enter(self, cm: AbstractAsyncContextManager[None]) -> None:
-        await cm.__aenter__()
-        self._open.append(cm)
-
-    async def _exit_one(self) -> None:
-        await self._open.pop().__aexit__(None, None, None)
-
-
 @solver
 def saar_agent(config: RolloutConfig, run_seed: int = 0) -> Solver:
     """Run the shared rollout loop (tool calls, SAAR) for one sample.
@@ -184,19 +139,17 @@ def saar_agent(config: RolloutConfig, run_seed: int = 0) -> Solver:
         model = get_model()
         sandbox = TranscribedSandbox(current_sandbox())
         seed = trajectory_seed(run_seed, state.sample_id, state.epoch)
-        rollbacks = RollbackSpans(seed, config)
 
         async def model_generate(messages: list[Message], *, seed: int | None = None) -> Generation:
-            await rollbacks.before_generation(seed)
             output = await model.generate(to_inspect(messages), tools=[PYTHON_TOOL], config=GenerateConfig(seed=seed))
             return to_generation(output)
 
+        def spans(name: str, type: str) -> AbstractAsyncContextManager[None]:
+            return span(name, type=type)
+
         prompt = [Message(m.role, m.text) for m in state.messages if m.role in ("system", "user")]  # type: ignore[arg-type]
         async with span("rollout"):
-            try:
-                trajectory = await rollout(prompt, model_generate, sandbox, config, seed=seed)
-            finally:
-                await rollbacks.close()
+            trajectory = await rollout(prompt, model_generate, sandbox, config, seed=seed, spans=spans)
         summary = trajectory.summary()
         state.messages = to_inspect(trajectory.messages)
         state.output = ModelOutput.from_content(model=str(model), content=trajectory.final_text)

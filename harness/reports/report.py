@@ -245,6 +245,27 @@ def arms_table(arms: Sequence[ArmRun]) -> str:
     return _table(header, rows)
 
 
+def paired_tests(arms: Sequence[ArmRun], n_boot: int = 10_000, seed: int = 0) -> list[PairedTest]:
+    """The paired test of every (task, model) that has both arms with samples."""
+    return [
+        paired_test(off, on, n_boot=n_boot, seed=seed)
+        for off, on in pair_arms(arms)
+        if off is not None and on is not None and off.samples and on.samples
+    ]
+
+
+def verdict(t: PairedTest, alpha: float = 0.05) -> str:
+    """One plain sentence: whether the paired difference is significant, and what that does and does not say."""
+    ci = f"95% CI [{t.ci_low:+.3f}, {t.ci_high:+.3f}], p = {t.p_value:.4f}, {t.pairs} pairs"
+    if t.p_value < alpha and not t.ci_low <= 0.0 <= t.ci_high:
+        better = "SAAR on" if t.diff > 0 else "SAAR off"
+        return f"{t.task}: significant at the {alpha:.0%} level: {better} is better by {abs(t.diff):.3f} ({ci})."
+    return (
+        f"{t.task}: NOT significant at the {alpha:.0%} level ({ci}): this comparison cannot tell a difference of "
+        f"{t.diff:+.3f} from noise, nor rule out one as large as the interval's ends."
+    )
+
+
 def tests_table(tests: Sequence[PairedTest]) -> str:
     header = ["task", "pairs", "pass@1 off", "pass@1 on", "on - off", "95% CI (bootstrap)", "test", "p-value"]
     rows = []
@@ -477,14 +498,12 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     arms = sorted(arms, key=lambda a: (a.task, a.model, a.arm))
-    tests, unpaired = [], []
-    for off, on in pair_arms(arms):
-        if off is None or on is None:
-            only = off or on
-            assert only is not None
-            unpaired.append(f"{only.task} ({only.model}) has only the SAAR {only.arm} arm: no paired test")
-        elif off.samples and on.samples:
-            tests.append(paired_test(off, on, n_boot=n_boot, seed=seed))
+    tests = paired_tests(arms, n_boot=n_boot, seed=seed)
+    unpaired = [
+        f"{only.task} ({only.model}) has only the SAAR {only.arm} arm: no paired test"
+        for off, on in pair_arms(arms)
+        if (off is None) != (on is None) and (only := off or on) is not None
+    ]
     plot_accuracy(arms, out / "accuracy.png")
     plot_error_kinds(arms, out / "error_kinds.png")
     plot_saar_events(arms, out / "saar_events.png")
@@ -510,6 +529,8 @@ def write_report(
         "## SAAR on vs off (paired by sample)",
         "",
         tests_table(tests) if tests else "_No task has both arms._",
+        "",
+        *[f"- {verdict(x)}" for x in tests],
         "",
         "## Failures by error kind, and what SAAR did",
         "",
