@@ -117,9 +117,13 @@ class DockerBackend(Backend):
         n = min(n, self.max_containers - self.containers, self.max_idle - len(self._idle))
         if n > 0:
             await self._get_client()
-            made = await asyncio.gather(*(self._new_sandbox() for _ in range(n)))
+            made = await asyncio.gather(*(self._new_sandbox() for _ in range(n)), return_exceptions=True)
             now = time.monotonic()
-            self._idle.extend((now, sandbox) for sandbox in made)
+            # the ones that started are kept (not left running outside the pool when another failed)
+            self._idle.extend((now, sandbox) for sandbox in made if isinstance(sandbox, DockerSandbox))
+            failed = [exc for exc in made if isinstance(exc, BaseException)]
+            if failed:
+                raise failed[0]
 
     async def trim(self) -> int:
         """Remove idle containers beyond ``max_idle`` or idle for longer than ``idle_ttl``; returns how many."""

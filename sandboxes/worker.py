@@ -217,14 +217,22 @@ class Worker:
                 os.close(fd)
             call = _Call(None, in_w, out_r, err_r, self.session_sock.fileno())
         else:
-            spare = self._take_spare()
-            call = _Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r)
-            try:
-                write_frame(spare.ctl_w, {"code": code})
-            except OSError:
-                pass  # the spare died; its exit status tells
-            os.close(spare.ctl_w)
-        outcome = self._supervise(call, stdin_data, timeout, cap, start)
+            for attempt in range(3):
+                spare = self._take_spare()
+                call = _Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r)
+                try:
+                    write_frame(spare.ctl_w, {"code": code})
+                except OSError:
+                    pass  # the spare died; its exit status tells
+                os.close(spare.ctl_w)
+                outcome = self._supervise(call, stdin_data, timeout, cap, start)
+                if outcome.pop("started") or outcome["timed_out"] or attempt == 2:
+                    break
+                # The spare died before the code ran (a signal an earlier program sent it was still in flight
+                # when it was handed the call): nothing of the call ran, so it runs in another spare.
+        if self.config["stateful"]:
+            outcome = self._supervise(call, stdin_data, timeout, cap, start)
+            outcome.pop("started")
         outcome["state_lost"] = state_lost or outcome.pop("session_died", False)
         oom_after = oom_kills()
         outcome["oom_killed"] = oom_before is not None and oom_after is not None and oom_after > oom_before
@@ -268,6 +276,7 @@ class Worker:
                 watch = None
         deadline = start + timeout
         timed_out = exceeded = done = reaped = session_died = status_seen = False
+        started = pid is None  #: a spare says "S" when it has its code, before the code runs
         exit_code = None
         while not done:
             remaining = deadline - time.monotonic()
@@ -304,6 +313,13 @@ class Worker:
                         session_died = frame is None
                         exit_code = None if frame is None else frame["exit_code"]
                         status_seen = frame is not None
+                    elif not started:
+                        try:
+                            started = os.read(fd, 1) == b"S"
+                        except OSError:
+                            pass
+                        if started:
+                            continue
                     else:
                         data = _read_exact(fd, 4)
                         if data is not None:
@@ -348,6 +364,7 @@ class Worker:
             "timed_out": timed_out,
             "output_exceeded": exceeded,
             "session_died": session_died,
+            "started": started,
             "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
             "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
         }

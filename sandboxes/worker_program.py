@@ -234,6 +234,7 @@ class _Spare:
                 if request is None:
                     os._exit(0)
                 os.close(ctl)
+                os.write(st, b"S")  # the code came: from here on a death is the program's
                 _become_program()
                 status = execute(request["code"], _fresh_namespace())
                 _join_threads()

@@ -152,6 +152,30 @@ async def test_stateless_calls_share_nothing(sandbox) -> None:
     assert r.stdout == "False False True\n"  # files last until the sandbox is reset, as in the local backend
 
 
+async def test_spares_killed_or_stopped_by_a_program_are_not_its_successors_failure(sandbox) -> None:
+    """A program that kills (or stops) every other process hits the spares; the next call still runs.
+
+    The kill may still be in flight when the next call takes a spare: a spare that dies before it
+    has its code is replaced and the call runs in another one, never reported as ``Killed``.
+    """
+    for i in range(20):
+        signal = "SIGSTOP" if i % 4 == 3 else "SIGKILL"
+        await sandbox.run_python(f"import os, signal\nos.kill(-1, signal.{signal})", timeout=5)
+        r = await sandbox.run_python("print('next')", timeout=5)
+        assert r.ok and r.stdout == "next\n", (i, signal, r.error_kind, r.stderr[-300:])
+    pids = await sandbox.run_python("import os\nprint(sum(p.isdigit() for p in os.listdir('/proc')))")
+    assert pids.ok and int(pids.stdout) <= 4, pids.stdout  # worker, this program, spares: nothing piles up
+
+
+async def test_spares_are_not_reachable_through_proc(sandbox) -> None:
+    r = await sandbox.run_python(
+        "import os\nme = os.getpid()\nfor p in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):\n"
+        "    if p != me:\n        try:\n            os.listdir(f'/proc/{p}/fd')\n            print('open', p)\n"
+        "        except PermissionError:\n            print('denied', p)\nprint(len(os.listdir('/proc/self/fd')))"
+    )
+    assert r.ok and "open" not in r.stdout and "denied 1" in r.stdout, r.stdout  # the program's own fds: fine
+
+
 async def test_fresh_workdir_option_empties_it_per_call() -> None:
     from sandboxes.docker_backend import DockerSandbox
 
