@@ -134,9 +134,10 @@ def test_interrupted_run_resumes_from_checkpoint_step(tmp_path):
     recipe = load_recipe(recipe_path)
     run = train_cpu(recipe, out_root=tmp_path, stop_after=1, progress=False)  # interrupted after step 1
     assert [p.name for p in (run / "checkpoints").glob("checkpoint-*")] == ["checkpoint-1"]
+    assert run.name.startswith("tiny-")  # a new timestamped run (trainers.cpu.runs)
     with pytest.raises(FileExistsError, match="--resume"):
-        train_cpu(recipe, out_root=tmp_path, progress=False)
-    train_cpu(recipe, out_root=tmp_path, resume=True, progress=False)
+        train_cpu(recipe, out_root=tmp_path, run_name=run.name, progress=False)
+    assert train_cpu(recipe, out_root=tmp_path, resume=True, progress=False) == run  # the newest run, continued
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]  # continued at step 2, not from 1
     assert (run / "checkpoints" / "checkpoint-2").is_dir()

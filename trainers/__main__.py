@@ -43,8 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     p = sub.add_parser("train-cleaner", help="GPU recipe where CUDA + OpenRLHF are present, else the CPU trainer")
     p.add_argument("--recipe", default=None)
-    p.add_argument("--run", default=None, help="run name under results/train/ (default: the recipe name)")
-    p.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    p.add_argument(
+        "--run", default=None, help="run name under results/train/ (default: a new <recipe>-<timestamp> run)"
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the recipe's newest run (or --run NAME) from its latest checkpoint",
+    )
     p.add_argument("--cpu", action="store_true", help="use the CPU trainer even where a GPU is present")
     p = sub.add_parser("prepare-data", help="write Open-AgentRL-30K as OpenRLHF prompt JSONL")
     p.add_argument("--source", default="Gen-Verse/Open-AgentRL-30K")

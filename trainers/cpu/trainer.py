@@ -19,7 +19,8 @@ the SAAR retry), so two runs that differ only in SAAR sample their first turns a
 The GRPO loss runs each group's shared prompt through the model once
 (:func:`shared_prompt_logps`).
 
-Each step writes a line of metrics to ``results/train/<run>/metrics.jsonl``: reward,
+A run is ``results/train/<recipe>-<timestamp>/`` (a new one each time; ``--resume`` continues the
+newest, :mod:`trainers.cpu.runs`). Each step writes a line of metrics to its ``metrics.jsonl``: reward,
 accuracy, tool failures (all attempts, and the policy's first attempts alone), SAAR
 events by kind, TRL's loss and reward spread, tokens, rollout and step time; a
 checkpoint every ``save_steps`` (``--resume`` continues from the latest one); and at
@@ -50,6 +51,7 @@ from trainers.core.data import TrainItem, load_items, load_open_agentrl
 from trainers.core.recipes import Recipe
 from trainers.core.reward import compute_reward
 from trainers.core.tokens import SampledStore, assemble
+from trainers.cpu.runs import resolve_run_dir
 
 RESULTS = Path("results/train")
 #: the "step" an evaluation's seeds are derived from (far from any training step's)
@@ -317,7 +319,12 @@ class CpuTrainer:
         self.backend = get_backend(self.recipe.executor.sandbox or "local")
         self.loop = asyncio.new_event_loop()
         info = {"recipe": self.recipe.shown_path, "model": self.recipe.model, "cpu": asdict(self.cfg)}
-        (self.run_dir / "recipe.json").write_text(json.dumps(info, indent=2))
+        settings = self.run_dir / "recipe.json"
+        if self.resume and settings.exists():  # a resumed run keeps what it started with; note each resume
+            with (self.run_dir / "resumed.jsonl").open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"from": str(self.resume_from), **info}) + "\n")
+        else:
+            settings.write_text(json.dumps(info, indent=2))
 
     @property
     def batch_size(self) -> int:
@@ -505,12 +512,15 @@ def train_cpu(
     stop_after: int | None = None,
     progress: bool = True,
 ) -> Path:
-    """Train with the recipe's ``cpu`` section; return the run directory ``out_root/<run_name>``.
+    """Train with the recipe's ``cpu`` section; return the run directory.
+
+    Without ``run_name`` each call is a new run, ``out_root/<recipe>-<timestamp>``, and ``resume``
+    continues the recipe's newest run (:mod:`trainers.cpu.runs`); a ``run_name`` names the directory.
 
     ``stop_after`` ends the run after that many steps of this invocation, as an
     interruption would (tests use it to check that ``resume`` continues).
     """
-    run_dir = out_root / (run_name or recipe.name)
+    run_dir = resolve_run_dir(recipe.name, out_root, run_name, resume)
     with CpuTrainer(recipe, run_dir=run_dir, resume=resume, stop_after=stop_after, progress=progress) as run:
         return run.train()
 

@@ -1,0 +1,387 @@
+"""The OpenRLHF executor on a real engine: vLLM's async engine on CPU with the warm model (issue 20, item 1).
+
+OpenRLHF 0.11.2 runs an agent inside its vLLM rollout actor (``openrlhf/trainer/ray/vllm_engine.py``):
+``create_vllm_engines`` builds ``RolloutRayActor`` actors, each holding ``vllm.AsyncLLMEngine`` (``AsyncLLM``)
+and the agent file loaded by path; the sample generator (``samples_generator.py``,
+``_dispatch_prompts_to_vllm``) calls ``generate_responses.remote(prompt, label, sampling_params, max_length,
+hf_tokenizer, num_samples)`` with ``SamplingParams(temperature, top_p, top_k=-1, max_tokens=max_new_tokens,
+min_tokens=1, skip_special_tokens=False, logprobs=None)``, ``max_length = --data.max_len`` and the tokenizer of
+``openrlhf.utils.utils.get_tokenizer``; the actor awaits ``executor.execute(..., llm_engine=self)``, whose
+``generate(ids, params)`` sends ``TokensPrompt`` to vLLM.
+
+With Ray installed this module does exactly that: a local Ray instance with one *logical* GPU (Ray only
+counts it; vLLM's CPU build never touches CUDA), OpenRLHF's own ``create_vllm_engines`` with the agent file
+``tests/vllm_agent.py`` (the project's executor, recording what the engine returned), and OpenRLHF's own
+sampling params and tokenizer. Without Ray (it is not a project dependency), the same engine arguments build
+``vllm.AsyncLLMEngine`` in this process behind a copy of the actor's two methods. Either way one engine serves
+the whole module, SAAR on and off, on generated problems where the warm model fails (stdin programs: 91% of
+its calls fail) and one math problem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import time
+import uuid
+from copy import deepcopy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from needs import import_or_skip
+
+import_or_skip("vllm")
+import_or_skip("openrlhf.utils.agent")
+
+from harness.benchmarks.scoring import strict_reward  # noqa: E402
+from trainers.core.config import ExecutorConfig  # noqa: E402
+from trainers.core.data import TrainItem, load_items  # noqa: E402
+from trainers.core.reward import compute_reward  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+AGENT = Path(__file__).with_name("vllm_agent.py")
+MAX_LEN = 1024  # --data.max_len
+MAX_NEW = 96  # --rollout.max_new_tokens (the cpu-smoke recipe's per-turn budget)
+SAMPLES = 2  # --rollout.n_samples_per_prompt
+PROBLEMS = ("rl-2000-0010-stdin", "rl-2000-0016-stdin", "rl-2000-0008-bignum")
+CONFIG = ExecutorConfig(
+    saar={"enabled": True, "prob": 1.0, "max_retries": 2}, max_turns=3, timeout=5.0, sandbox="local", seed=0
+)
+#: what create_vllm_engines passes to vllm.AsyncEngineArgs for one engine (tensor parallel 1, seed 0)
+ENGINE_KWARGS = {
+    "enforce_eager": True,
+    "worker_extension_cls": "openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap",
+    "tensor_parallel_size": 1,
+    "seed": 0,
+    "distributed_executor_backend": "uni",
+    "max_model_len": MAX_LEN,
+    "enable_prefix_caching": False,
+    "dtype": "bfloat16",
+    "trust_remote_code": True,
+}
+
+
+def _items() -> list[TrainItem]:
+    by_id = {i.id: i for i in load_items(ROOT / "trainers/data/tools-rl.jsonl")}
+    return [by_id[p] for p in PROBLEMS]
+
+
+def _sampling_params(saar: bool):
+    """OpenRLHF's own SamplingParams (samples_generator._dispatch_prompts_to_vllm), plus the test agent's arm."""
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        temperature=1.0,
+        top_p=1.0,
+        top_k=-1,
+        max_tokens=MAX_NEW,
+        min_tokens=1,
+        skip_special_tokens=False,
+        logprobs=None,  # --algo.advantage.is_correction_level off
+        extra_args={"saar": saar},
+    )
+
+
+def _env() -> dict[str, str]:
+    from harness.engines.serve import server_env
+
+    env = {k: v for k, v in server_env().items() if k.startswith(("VLLM_", "HF_", "TRANSFORMERS_", "DO_NOT"))}
+    env.update(CLEANER_AGENT_CONFIG=CONFIG.to_json(), RAY_USAGE_STATS_ENABLED="0", VLLM_HOST_IP="127.0.0.1")
+    return env
+
+
+def _via_ray(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dict[str, Any]]:
+    """OpenRLHF's rollout actor, built by OpenRLHF's create_vllm_engines on a local Ray with a logical GPU."""
+    import ray
+
+    env = _env()
+    os.environ.update(env)
+    ray.init(
+        num_cpus=2,
+        num_gpus=1,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": env},
+        _node_ip_address="127.0.0.1",
+    )
+    try:
+        from openrlhf.trainer.ray.vllm_engine import create_vllm_engines
+
+        start = time.monotonic()
+        (engine,) = create_vllm_engines(
+            1, 1, model, 0, False, False, True, MAX_LEN, None, 0.9, False, None, agent_func_path=str(AGENT)
+        )
+        ray.get(engine.get_num_unfinished_requests.remote())  # the actor (and its engine) is up
+        built = time.monotonic() - start
+        start = time.monotonic()
+        refs = {
+            saar: [
+                engine.generate_responses.remote(
+                    prompt=item.prompt,
+                    label=item.label(),
+                    sampling_params=_sampling_params(saar),
+                    max_length=MAX_LEN,
+                    hf_tokenizer=tokenizer,
+                    num_samples=SAMPLES,
+                )
+                for item in _items()
+            ]
+            for saar in (True, False)
+        }
+        results = {saar: [r for group in ray.get(rs) for r in group] for saar, rs in refs.items()}
+        return results, {"engine": "ray", "build_s": built, "rollouts_s": time.monotonic() - start}
+    finally:
+        ray.shutdown()
+
+
+class _InProcessActor:
+    """The two methods of OpenRLHF's RolloutRayActor the executor reaches, on the same engine, without Ray."""
+
+    def __init__(self, engine: Any, executor: Any) -> None:
+        self.llm, self.executor = engine, executor
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):  # RolloutRayActor.generate
+        from vllm.inputs import TokensPrompt
+
+        final_output = None
+        async for request_output in self.llm.generate(
+            TokensPrompt(prompt_token_ids=prompt_token_ids), deepcopy(sampling_params), request_id=uuid.uuid4().hex
+        ):
+            final_output = request_output
+        return final_output
+
+    async def generate_responses(self, prompt, label, sampling_params, max_length, hf_tokenizer, num_samples=1):
+        tasks = [
+            self.executor.execute(
+                prompt=prompt,
+                label=label,
+                sampling_params=sampling_params,
+                max_length=max_length,
+                hf_tokenizer=hf_tokenizer,
+                llm_engine=self,
+                images=None,
+            )
+            for _ in range(num_samples)
+        ]
+        return await asyncio.gather(*tasks)
+
+
+def _in_process(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dict[str, Any]]:
+    import vllm
+
+    os.environ.update(_env())
+    spec = importlib.util.spec_from_file_location("agent_module", AGENT)  # openrlhf's _load_agent_executor
+    agent = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agent)
+
+    async def main():
+        start = time.monotonic()
+        engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=model, **ENGINE_KWARGS))
+        built = time.monotonic() - start
+        try:
+            actor = _InProcessActor(engine, agent.AgentExecutor())
+            start = time.monotonic()
+            groups = {
+                saar: [
+                    actor.generate_responses(
+                        item.prompt, item.label(), _sampling_params(saar), MAX_LEN, tokenizer, SAMPLES
+                    )
+                    for item in _items()
+                ]
+                for saar in (True, False)
+            }
+            out = {saar: [r for g in await asyncio.gather(*gs) for r in g] for saar, gs in groups.items()}
+            return out, {"engine": "in-process", "build_s": built, "rollouts_s": time.monotonic() - start}
+        finally:
+            engine.shutdown()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from openrlhf.utils.utils import get_tokenizer
+
+    from harness.engines.serve import served_dir
+
+    return get_tokenizer(str(served_dir("smollm2-tools")), None, "left", None)  # the trainer's HF tokenizer
+
+
+@pytest.fixture(scope="module")
+def runs(tokenizer) -> dict[bool, list[dict]]:
+    """Every result OpenRLHF's actor returned, by arm (SAAR on: True), with the test agent's record."""
+    from harness.engines.serve import served_dir
+
+    model = str(served_dir("smollm2-tools"))
+    forced = os.environ.get("CLEANER_TEST_VLLM_ENGINE")  # "ray" or "in-process"; default: Ray where installed
+    with_ray = forced == "ray" or (forced is None and importlib.util.find_spec("ray") is not None)
+    results, timing = (_via_ray if with_ray else _in_process)(model, tokenizer)
+    print(f"\nexecutor on vLLM: {json.dumps(timing)}")
+    return results
+
+
+def _all(runs):
+    return [(saar, r) for saar in (True, False) for r in runs[saar]]
+
+
+def _decode(tokenizer, ids) -> str:
+    return tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def _is_sampled(span: list[int], calls: list[dict]) -> bool:
+    """``span`` is one call's output ids, or a prefix of one call's ids followed by a suffix of another's."""
+    outputs = [c["ids"] for c in calls]
+    if span in outputs:
+        return True
+    for a in outputs:
+        for b in outputs:
+            if a is b:
+                continue
+            for cut in range(1, len(span)):
+                if span[:cut] == a[:cut] and cut <= len(a) and len(span) - cut <= len(b):
+                    if span[cut:] == b[len(b) - (len(span) - cut) :]:
+                        return True
+    return False
+
+
+def test_each_arm_returned_every_sample_and_saar_acted_on_real_failures(runs):
+    assert [len(runs[s]) for s in (True, False)] == [len(PROBLEMS) * SAMPLES] * 2
+    off_failures = sum(r["extra_logs"]["tool_failures"] for r in runs[False])
+    on_events = sum(len(r["test_record"]["events"]) for r in runs[True])
+    assert off_failures > 0, "the warm model made no failing call: the problems no longer exercise SAAR"
+    assert on_events > 0, "SAAR never acted: the warm model made no failing call with SAAR on"
+    assert all(r["extra_logs"]["saar_on"] == 1.0 for r in runs[True])
+    assert all(r["extra_logs"]["saar_on"] == 0.0 and not r["test_record"]["events"] for r in runs[False])
+
+
+def test_every_action_token_is_an_id_the_engine_sampled(runs, tokenizer):
+    for _, r in _all(runs):
+        ids, ranges, calls = r["observation_tokens"], r["action_ranges"], r["test_record"]["calls"]
+        assert ranges and all(a < b for a, b in ranges)
+        assert all(b1 <= a2 for (_, b1), (a2, _) in zip(ranges, ranges[1:], strict=False))  # ordered, disjoint
+        assert ranges[-1][1] <= len(ids) <= MAX_LEN
+        spliced = regenerated = 0
+        for start, end in ranges:
+            span = ids[start:end]
+            whole = [c for c in calls if c["ids"] == span]
+            if whole:
+                # a turn kept whole was sampled after exactly the trajectory before it: in place, or as a
+                # deep SAAR regeneration, whose context went on with the failed turn and its error
+                assert any(c["prompt_ids"][:start] == ids[:start] for c in whole)
+                regenerated += not any(c["prompt_ids"] == ids[:start] for c in whole)
+            else:
+                assert _is_sampled(span, calls), f"action span {start}:{end} holds ids the engine did not sample"
+                spliced += 1
+        logs = r["extra_logs"]
+        assert logs["spliced_turns"] == spliced
+        assert regenerated <= logs["saar_deep"] + logs["saar_shallow"]
+        assert logs["retokenized_turns"] == 0
+        assert logs["response_tokens"] == sum(b - a for a, b in ranges)
+        # the prompt is the template's rendering of the problem, untouched
+        assert ids[: ranges[0][0]] == calls[0]["prompt_ids"]
+
+
+def test_a_spliced_turn_is_an_earlier_generation_s_reasoning_and_a_later_generation_s_call(runs):
+    for r in runs[True]:
+        ids, logs, calls = r["observation_tokens"], r["extra_logs"], r["test_record"]["calls"]
+        assert logs["spliced_turns"] <= logs["saar_shallow"]  # only a shallow replacement splices
+        for start, end in r["action_ranges"]:
+            span = ids[start:end]
+            if any(c["ids"] == span for c in calls):
+                continue
+            pairs = [
+                (i, j)
+                for i, a in enumerate(calls)
+                for j, b in enumerate(calls)
+                if i < j
+                and any(
+                    span[:cut] == a["ids"][:cut]
+                    and len(span) - cut <= len(b["ids"])
+                    and span[cut:] == b["ids"][len(b["ids"]) - (len(span) - cut) :]
+                    for cut in range(1, len(span))
+                )
+            ]
+            assert pairs, "a spliced turn must join an installed turn's ids to a later regeneration's"
+
+
+def test_tool_output_lies_outside_the_action_ranges(runs, tokenizer):
+    for _, r in _all(runs):
+        ids, ranges = r["observation_tokens"], r["action_ranges"]
+        actions = [_decode(tokenizer, ids[a:b]) for a, b in ranges]
+        gaps = [(0 if i == 0 else ranges[i - 1][1], a) for i, (a, _) in enumerate(ranges)] + [(ranges[-1][1], len(ids))]
+        outside = "".join(_decode(tokenizer, ids[a:b]) for a, b in gaps)
+        tools = [m for m in r["test_record"]["messages"] if m["role"] == "tool"]
+        for m in tools:
+            assert m["content"] in outside
+        assert outside.count("<tool_response>") >= len(tools)
+        # OpenRLHF's action mask (samples_generator: the ranges, shifted by one) covers the same tokens
+        mask = [0] * len(ids)
+        for a, b in ranges:
+            mask[a:b] = [1] * (b - a)
+        assert sum(mask[1:MAX_LEN]) == r["extra_logs"]["response_tokens"]
+
+
+def test_lengths_follow_openrlhf_max_len_and_max_new_tokens(runs):
+    for _, r in _all(runs):
+        for call in r["test_record"]["calls"]:
+            assert call["max_tokens"] == min(MAX_NEW, MAX_LEN - len(call["prompt_ids"]))
+            assert len(call["ids"]) <= call["max_tokens"]
+            assert call["seed"] is None  # OpenRLHF sends no per-request seed; the executor adds none
+
+
+def test_reward_scores_and_logs_are_right(runs, tokenizer):
+    from sandboxes.local import LocalSandbox
+
+    items = {i.id: i for i in _items()}
+
+    async def rescore(item, text):
+        sandbox = LocalSandbox()
+        try:
+            return await compute_reward(item, text, sandbox)
+        finally:
+            await sandbox.close()
+
+    for saar, r in _all(runs):
+        rec, logs = r["test_record"], r["extra_logs"]
+        item = TrainItem.from_label(r["label"])
+        assert item.id in items
+        outcome = asyncio.run(rescore(item, rec["final_text"]))
+        assert r["reward"] == outcome.reward  # no overlong penalty configured
+        assert r["scores"] == outcome.score
+        assert logs["correct"] == float(outcome.correct)
+        if item.kind == "math":
+            assert r["reward"] == strict_reward(rec["final_text"], item.target)
+            assert r["scores"] == (r["reward"] + 1) / 2
+        else:
+            assert r["reward"] == -1.0 or 0.0 <= r["reward"] <= 1.0
+        messages = rec["messages"]
+        assistant = [m for m in messages if m["role"] == "assistant"]
+        tools = [m for m in messages if m["role"] == "tool"]
+        kept_failures = sum(1 for m in tools if m["content"].startswith("Error"))
+        events = rec["events"]
+        calls = rec["calls"]
+        assert logs["turns"] == len(assistant)
+        # every generation is a turn kept, or a SAAR regeneration that replaced one or was dropped (length)
+        regenerations = sum(1 for e in events if e["action"] in ("shallow", "deep", "length"))
+        assert len(calls) == len(assistant) + regenerations
+        assert logs["tokens_generated"] == sum(len(c["ids"]) for c in calls)  # discarded regenerations included
+        assert logs["failures_kept"] == kept_failures
+        assert logs["saar_purified"] == sum(1 for e in events if e["ok"])
+        for action in ("shallow", "deep", "no_call", "length", "exhausted", "cap"):
+            assert logs[f"saar_{action}"] == sum(1 for e in events if e["action"] == action)
+        if not saar:
+            assert logs["tool_calls"] == len(tools)
+            assert logs["tool_failures"] == kept_failures
+        else:
+            # purified failures are cut out of the final messages but counted
+            assert logs["tool_calls"] >= len(tools)
+            assert logs["tool_failures"] >= kept_failures
+        assert logs["tool_failure_rate"] == (logs["tool_failures"] / logs["tool_calls"] if logs["tool_calls"] else 0.0)
+        assert r["truncated"] == (rec["stop_reason"] == "length")
+        assert r["rollout_log_probs"] is None
+        assert json.loads(rec["config"])["saar"]["enabled"] is saar
