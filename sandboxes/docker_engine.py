@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import logging
 import os
 import signal
@@ -29,6 +30,15 @@ from sandboxes.docker_channel import Channel
 from sandboxes.docker_policy import LABEL, WORKDIR, DockerConfig, container_spec, worker_command
 
 logger = logging.getLogger(__name__)
+
+#: Threads for the engine's synchronous SDK calls, apart from asyncio's default pool (a few threads): a burst
+#: of container starts and removals after failures (a chaos loop, a crashed host) does not queue behind it.
+EXECUTOR = ThreadPoolExecutor(max_workers=64, thread_name_prefix="cleaner-docker")
+
+
+async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in one of the engine's threads."""
+    return await asyncio.get_running_loop().run_in_executor(EXECUTOR, functools.partial(fn, *args, **kwargs))
 
 
 def client(timeout: int = 60) -> Any:
@@ -100,17 +110,17 @@ async def start_container(
     start = time.monotonic()
     spec = container_spec(config, image, {**owner_labels(), **(labels or {})})
     _install_sigterm_handler()
-    container = await asyncio.to_thread(engine.containers.create, **spec)
+    container = await in_thread(engine.containers.create, **spec)
     live_containers[container.id] = container
     try:
-        await asyncio.to_thread(container.start)
+        await in_thread(container.start)
         if config.transport == "attach":
-            raw = await asyncio.to_thread(
+            raw = await in_thread(
                 engine.api.attach_socket, container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
         else:
             exec_id = (
-                await asyncio.to_thread(
+                await in_thread(
                     engine.api.exec_create,
                     container.id,
                     worker_command(config),
@@ -119,7 +129,7 @@ async def start_container(
                     workdir=WORKDIR,
                 )
             )["Id"]
-            raw = await asyncio.to_thread(engine.api.exec_start, exec_id, socket=True)
+            raw = await in_thread(engine.api.exec_start, exec_id, socket=True)
         channel = await Channel.open(raw)
         answer = await asyncio.wait_for(channel.request({"op": "ping"}), config.start_timeout)
         if not answer.get("ok"):
@@ -129,7 +139,7 @@ async def start_container(
             logger.warning("the sandbox image lacks %s (the worker could not import it)", ", ".join(sorted(missing)))
         return Container(container, channel, time.monotonic() - start)
     except BaseException:
-        await asyncio.to_thread(remove, container)
+        await in_thread(remove, container)
         raise
 
 

@@ -77,12 +77,14 @@ class DockerConfig:
     user: str = "1000:1000"
     start_timeout: float = 60.0  #: seconds for a container to start and answer its first ping
     grace: float = 1.0  #: seconds past a call's timeout before the sandbox itself is declared dead
+    #: seconds a call waits for its container to be (re)started; past it the call is sandbox_failed, not run
+    ready_timeout: float = 10.0
     env: dict[str, str] = field(default_factory=dict)  #: added to the container's environment
 
     def __post_init__(self) -> None:
         if self.transport not in ("attach", "exec"):
             raise ValueError(f"DockerConfig.transport must be 'attach' or 'exec', not {self.transport!r}")
-        for name in ("cpus", "pids", "max_output", "start_timeout", "grace"):
+        for name in ("cpus", "pids", "max_output", "start_timeout", "grace", "ready_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"DockerConfig.{name} must be positive, not {getattr(self, name)!r}")
 

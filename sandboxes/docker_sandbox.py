@@ -75,7 +75,7 @@ class DockerSandbox(Sandbox):
 
     async def _new_container(self) -> engine.Container:
         if self._client is None:
-            self._client = await asyncio.to_thread(engine.client)
+            self._client = await engine.in_thread(engine.client)
         if self._image is None:
             from sandboxes.image import image_tag
 
@@ -84,12 +84,31 @@ class DockerSandbox(Sandbox):
         self.cold_start = current.cold_start
         return current
 
+    async def _ready(self) -> engine.Container:
+        """The container for a call, waiting at most ``ready_timeout`` for one being (re)started.
+
+        Raises :class:`_NotReady` past it (the start goes on in the background, for a later call).
+        """
+        if self._closed:
+            raise RuntimeError("DockerSandbox is closed")
+        if self._replacing is None:
+            if self._current is not None:
+                return self._current
+            self._replacing = asyncio.ensure_future(self._new_container())
+        task = self._replacing
+        done, _ = await asyncio.wait({task}, timeout=self.config.ready_timeout)
+        if not done:
+            raise _NotReady
+        self._replacing = None
+        self._current = task.result()
+        return self._current
+
     def _fail(self) -> None:
         """Drop the broken container and start its replacement in the background."""
         broken, self._current = self._current, None
         if broken is not None:
             broken.channel.close()
-            asyncio.get_running_loop().run_in_executor(None, engine.remove, broken.container)
+            asyncio.get_running_loop().run_in_executor(engine.EXECUTOR, engine.remove, broken.container)
         if not self._closed:
             self.replacements += 1
             self._replacing = asyncio.ensure_future(self._new_container())
@@ -133,7 +152,7 @@ class DockerSandbox(Sandbox):
             self._current = None
         for current in containers:
             current.channel.close()
-            await asyncio.to_thread(engine.remove, current.container)
+            await engine.in_thread(engine.remove, current.container)
 
     # running ---------------------------------------------------------------
 
@@ -164,7 +183,13 @@ class DockerSandbox(Sandbox):
             start = time.monotonic()
             self.calls += 1
             try:
-                current = await self._ensure()
+                current = await self._ready()
+            except _NotReady:
+                return self._failed(
+                    f"the sandbox container is being replaced and was not ready within {self.config.ready_timeout:g} s "
+                    "(the engine is slow or the machine overloaded); the program did not run",
+                    start,
+                )
             except Exception as exc:  # noqa: BLE001 - no container could be started
                 self._current = None
                 return self._failed(f"no sandbox container could be started: {type(exc).__name__}: {exc}", start)
@@ -175,7 +200,10 @@ class DockerSandbox(Sandbox):
                 raise
             except (TimeoutError, OSError, EOFError, asyncio.IncompleteReadError, ValueError) as exc:
                 why = "did not answer in time" if isinstance(exc, asyncio.TimeoutError) else "connection lost"
-                state = await asyncio.to_thread(engine.describe, current.container)
+                try:
+                    state = await asyncio.wait_for(engine.in_thread(engine.describe, current.container), 3)
+                except TimeoutError:
+                    state = "state unknown: the engine did not answer within 3 s"
                 log = current.channel.log.decode("utf-8", "replace").strip()[-500:]
                 self._fail()
                 detail = f"the sandbox container {current.short_id} failed ({why}; {state})"
@@ -225,11 +253,8 @@ class DockerSandbox(Sandbox):
         )
 
 
-def _check_name(name: str) -> str:
-    path = PurePosixPath(name)
-    if not name or path.is_absolute() or ".." in path.parts:
-        raise ValueError(f"file name {name!r} must be a relative path inside the sandbox work dir")
-    return name
+class _NotReady(Exception):
+    """No container became ready for a call within ``ready_timeout``."""
 
 
 def _check_name(name: str) -> str:

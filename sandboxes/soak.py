@@ -66,7 +66,7 @@ PROGRAMS = [
     Program(
         "flood",
         "import sys\nchunk = 'z' * 2**20\nfor _ in range(8):\n    sys.stdout.write(chunk)",
-        ("OutputLimitExceeded",),
+        ("OutputLimitExceeded", "Timeout"),  # Timeout: on an overloaded host the cap may come after the timeout
         timeout=10,
         weight=2,
     ),
@@ -305,7 +305,8 @@ class Soak:
             "sandbox_failed": sum(c.sandbox_failed for c in calls),
             "kills": len(self.kills),
             "late": [f"{c.program} took {c.elapsed:.2f} s (timeout {c.timeout:g} s)" for c in late[:20]],
-            "misscored": [c.verdict for c in wrong[:20]],
+            "late_max_over_s": round(max((c.elapsed - c.timeout for c in late), default=0.0), 2),
+            "misscored": dict(Counter(c.verdict for c in wrong).most_common(20)),
             "errors": self.errors[:20],
             "leftovers": leftovers[:20],
             "load_avg_end": [round(x, 2) for x in os.getloadavg()],

@@ -196,3 +196,28 @@ def test_bench_finishes_on_this_machine_within_its_bound() -> None:
     assert set(figures["docker"]["throughput_calls_per_s"]) == {"1", "4", "8"}
     assert set(figures["targets"]) and "target docker_calls_per_s_c8>=400: " in stderr
     assert _containers(**{f"{LABEL}.owner.pid": str(proc.pid)}) == [], "the benchmark left containers"
+
+
+async def test_a_call_waits_at_most_ready_timeout_for_a_replacement_container() -> None:
+    """A container being (re)started slowly (an overloaded engine): the call is a clear sandbox failure in time."""
+    import asyncio
+    import time
+
+    from sandboxes.docker_sandbox import DockerSandbox
+
+    sandbox = DockerSandbox(client=object(), image="unused", ready_timeout=0.3)
+    starts = []
+
+    async def slow_start():
+        starts.append(time.monotonic())
+        await asyncio.sleep(30)
+
+    sandbox._new_container = slow_start  # type: ignore[method-assign]
+    start = time.monotonic()
+    r = await sandbox.run_python("print(1)", timeout=5)
+    assert time.monotonic() - start < 2
+    assert r.sandbox_failed and not r.ok and r.error_kind == "SandboxError" and "not ready within 0.3 s" in r.stderr
+    r = await sandbox.run_python("print(1)", timeout=5)  # the same start goes on: not a second one
+    assert r.sandbox_failed and len(starts) == 1
+    sandbox._replacing.cancel()
+    sandbox._closed = True
