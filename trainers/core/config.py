@@ -15,6 +15,8 @@ from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig
 
 CONFIG_ENV = "CLEANER_AGENT_CONFIG"
+#: what may generate the CPU trainer's rollouts (CpuConfig.engine)
+ENGINES = ("hf", "vllm")
 
 
 @dataclass(frozen=True)
@@ -128,9 +130,16 @@ class CpuConfig:
     batch_window_s: float = _help(
         0.2, "seconds the batcher waits for more rollouts' requests before generating a batch", minimum=0.0
     )
+    engine: str = _help(
+        "hf",
+        "what generates the rollouts: hf (the policy in-process, batched) or vllm (vLLM's engine on CPU, the "
+        "policy's merged weights synced after every optimizer step)",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "cpu")
+        if self.engine not in ENGINES:
+            raise ValueError(f"cpu.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> CpuConfig:

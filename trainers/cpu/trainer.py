@@ -275,7 +275,7 @@ class CpuTrainer:
         self.model: Any = None
         self.policy: Any = None  #: the model with its LoRA layers (what generates and trains)
         self.tokenizer: Any = None
-        self.sampler: PolicySampler | None = None
+        self.sampler: Any = None  #: PolicySampler (the policy in-process) or engine_sync.EngineSampler (vLLM)
         self.backend: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pending: dict[str, Any] = {}  #: the current step's rollout metrics, until TRL logs the step
@@ -315,9 +315,16 @@ class CpuTrainer:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.trainer = self._grpo_trainer()
-        self.sampler = PolicySampler(self.policy, self.tokenizer, self.cfg, max_batch=self.batch_size)
         self.backend = get_backend(self.recipe.executor.sandbox or "local")
         self.loop = asyncio.new_event_loop()
+        if self.cfg.engine == "vllm":
+            from harness.engines.serve import served_dir  # noqa: PLC0415
+            from trainers.cpu.engine_sync import EngineSampler  # noqa: PLC0415
+
+            model_dir = served_dir(self.recipe.model)
+            self.sampler = EngineSampler(model_dir, self.tokenizer, self.cfg, max_model_len=self.cfg.max_total_tokens)
+        else:
+            self.sampler = PolicySampler(self.policy, self.tokenizer, self.cfg, max_batch=self.batch_size)
         info = {"recipe": self.recipe.shown_path, "model": self.recipe.model, "cpu": asdict(self.cfg)}
         settings = self.run_dir / "recipe.json"
         if self.resume and settings.exists():  # a resumed run keeps what it started with; note each resume
@@ -408,17 +415,22 @@ class CpuTrainer:
         was_training = policy.training
         policy.eval()
         start, cpu_start = time.perf_counter(), time.process_time()
-        batches, rows = self.sampler.batcher.batches, self.sampler.batcher.rows
+        batcher = getattr(self.sampler, "batcher", None)
+        batches, rows = (batcher.batches, batcher.rows) if batcher else (0, 0)
         step = trainer.state.global_step + 1
         items = [self.by_prompt[p] for p in prompts]
         try:
+            sync_s = self.sync_engine(trainer.state.global_step)
             records = self.loop.run_until_complete(self.rollouts(items, step))
         finally:
             if was_training:
                 policy.train()
         self.pending = step_metrics(records, time.perf_counter() - start)
-        self.pending["gen_batches"] = self.sampler.batcher.batches - batches  # generation calls of the step
-        self.pending["gen_rows"] = self.sampler.batcher.rows - rows  # turns generated (rows over all batches)
+        if batcher:
+            self.pending["gen_batches"] = batcher.batches - batches  # generation calls of the step
+            self.pending["gen_rows"] = batcher.rows - rows  # turns generated (rows over all batches)
+        else:  # vLLM's engine: its own continuous batching; the weights synced before the step's rollouts
+            self.pending["sync_s"] = sync_s
         self.pending["rollout_cpu_s"] = time.process_time() - cpu_start  # CPU seconds, every thread of the process
         return {
             "prompt_ids": [r.prompt_ids for r in records],
@@ -427,6 +439,18 @@ class CpuTrainer:
             "env_mask": [r.env_mask for r in records],
             "cleaner_reward": [r.reward for r in records],
         }
+
+    def sync_engine(self, step: int) -> float:
+        """With vLLM's engine: the policy's merged weights into it, once per optimizer step (seconds taken).
+
+        Called before every step's rollouts, so the engine samples the policy as it is after the last
+        optimizer step (the first call loads the trainer's own float32 weights over the served ones).
+        """
+        sync = getattr(self.sampler, "sync", None)
+        if sync is None:
+            return 0.0
+        assert self.loop is not None
+        return self.loop.run_until_complete(sync(self.policy, step))
 
     async def rollouts(
         self, items: list[TrainItem], step: int, rcfg: RolloutConfig | None = None
@@ -477,6 +501,7 @@ class CpuTrainer:
         rcfg = replace(self.rollout_config, saar=saar_cfg)
         self.policy.eval()
         start = time.perf_counter()
+        self.sync_engine(self.trainer.state.global_step if self.trainer is not None else 0)
         records = self.loop.run_until_complete(self.rollouts(items, EVAL_STEP + seed, rcfg))
         return step_metrics(records, time.perf_counter() - start)
 

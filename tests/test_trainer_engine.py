@@ -1,0 +1,172 @@
+"""The CPU trainer on vLLM's engine: the policy's merged weights synced into it, then trained on its rollouts.
+
+After a sync through vLLM's reload path (``model_runner.reload_weights``, the LoRA merged into what is
+sent) the engine's greedy generations equal the trainer's own model's, token for token; and a short run
+with ``cpu.engine: vllm`` trains on rollouts the engine generated, syncing before every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from needs import import_or_skip
+
+import_or_skip("vllm")
+import_or_skip("peft")
+import_or_skip("trl")
+
+from trainers.core.config import CpuConfig  # noqa: E402
+from trainers.core.recipes import load_recipe  # noqa: E402
+from trainers.cpu.engine_sync import EngineSampler, merged_weights  # noqa: E402
+from trainers.cpu.trainer import train_cpu  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ("What is 17 * 23? Use the tool.", "Write a haiku about rain.", "Name a prime number above 100.")
+GREEDY_TOKENS = 24
+
+ENGINE_RUN = """
+name: engine-run
+model: smollm2-tools
+data: {source: trainers/data/tools-rl.jsonl, limit: 4}
+executor:
+  saar: {enabled: true, prob: 1.0, max_retries: 1}
+  max_turns: 2
+  timeout: 5.0
+  sandbox: local
+cpu: {steps: 2, prompts_per_step: 1, num_generations: 2, max_new_tokens: 48, max_total_tokens: 640,
+      learning_rate: 1.0e-4, save_steps: 1, temperature: 1.0, top_p: 1.0, engine: vllm}
+"""
+
+
+@pytest.fixture(scope="module", autouse=True)
+def small_kv_cache():
+    """1 GiB of KV cache per engine (46k tokens; these tests use a few thousand): the machine is shared."""
+    import os
+
+    before = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    os.environ["VLLM_CPU_KVCACHE_SPACE"] = "1"
+    yield
+    if before is None:
+        os.environ.pop("VLLM_CPU_KVCACHE_SPACE")
+    else:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = before
+
+
+def test_a_run_on_the_engine_trains_on_its_rollouts_and_syncs_before_every_step(tmp_path):
+    # first in the module: its trainer and engine are gone before the module's engine is built
+    recipe_path = tmp_path / "engine-run.yaml"
+    recipe_path.write_text(ENGINE_RUN)
+    run = train_cpu(load_recipe(recipe_path), out_root=tmp_path, progress=False)
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["sync_s"] > 0 for r in rows)  # the weights went in before each step's rollouts
+    assert all("gen_batches" not in r for r in rows)
+    assert all(r["trajectories"] == 2 for r in rows)  # 1 problem x 2 rollouts per step
+    assert all(r["tokens_generated"] > 0 for r in rows)
+    assert (run / "checkpoints" / "checkpoint-2").is_dir()
+
+
+@pytest.fixture(scope="module")
+def policy():
+    """The trainer's model as the CPU trainer holds it: the warm model in float32 with LoRA on every linear layer,
+    its B matrices drawn at random so that the merged weights differ from the served ones."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from harness.engines.models import load_model
+
+    model, tokenizer = load_model("smollm2-tools", dtype=torch.float32)
+    policy = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear"))
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+    policy.eval()
+    return policy, tokenizer
+
+
+@pytest.fixture(scope="module")
+def engine(policy):
+    from harness.engines.serve import served_dir
+
+    _, tokenizer = policy
+    loop = asyncio.new_event_loop()
+    sampler = EngineSampler(served_dir("smollm2-tools"), tokenizer, CpuConfig(), max_model_len=512)
+    try:
+        yield sampler, loop
+    finally:
+        sampler.close()
+        loop.close()
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    texts = [
+        tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in QUESTIONS
+    ]
+    return [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+
+def _engine_greedy(sampler: EngineSampler, loop, prompts) -> list[list[int]]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    async def one(i: int, ids: list[int]) -> list[int]:
+        final = None
+        params = SamplingParams(max_tokens=GREEDY_TOKENS, temperature=0.0, ignore_eos=True)
+        async for out in sampler.engine.generate(TokensPrompt(prompt_token_ids=ids), params, request_id=f"greedy-{i}"):
+            final = out
+        return list(final.outputs[0].token_ids)
+
+    async def all_of():
+        return [await one(i, ids) for i, ids in enumerate(prompts)]
+
+    return loop.run_until_complete(all_of())
+
+
+def _model_greedy(model, prompts) -> list[list[int]]:
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for ids in prompts:
+            seq = list(ids)
+            for _ in range(GREEDY_TOKENS):  # plain argmax decoding, no generation config in the way
+                logits = model(torch.tensor([seq])).logits[0, -1]
+                seq.append(int(logits.argmax()))
+            out.append(seq[len(ids) :])
+    return out
+
+
+def test_merged_weights_are_the_checkpoint_names_and_the_lora_deltas(policy):
+    import torch
+    from safetensors import safe_open
+
+    from harness.engines.serve import served_dir
+
+    model, _ = policy
+    merged = dict(merged_weights(model))
+    with safe_open(str(served_dir("smollm2-tools") / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert set(merged) == names  # exactly the served checkpoint's tensors (tied lm_head left out as there)
+    layer = model.get_base_model().model.layers[0].self_attn.q_proj
+    delta = layer.get_delta_weight("default")
+    assert torch.allclose(merged["model.layers.0.self_attn.q_proj.weight"], layer.base_layer.weight + delta)
+    assert not layer.merged  # the policy itself is left as it was
+
+
+def test_after_a_sync_the_engine_generates_what_the_trainers_model_generates(policy, engine):
+    model, tokenizer = policy
+    sampler, loop = engine
+    prompts = _prompts(tokenizer)
+    before = _engine_greedy(sampler, loop, prompts)
+    seconds = loop.run_until_complete(sampler.sync(model, step=1))
+    assert seconds > 0 and sampler.synced_step == 1
+    after = _engine_greedy(sampler, loop, prompts)
+    assert after == _model_greedy(model, prompts)  # token for token, every prompt
+    assert after != before  # the random LoRA changed what the model says: the sync did something
+    assert loop.run_until_complete(sampler.sync(model, step=1)) == 0.0  # once per optimizer step

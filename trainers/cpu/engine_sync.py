@@ -1,0 +1,157 @@
+"""The trainer's weights into vLLM's engine, the LoRA merged in, as OpenRLHF syncs its engines after a step.
+
+OpenRLHF (``openrlhf/trainer/ray/vllm_worker_wrap.py``) broadcasts each parameter and calls
+``model.load_weights`` in place on the engine's worker. On CPU that fails: vLLM's CPU backend repacks its
+linear weights at load time ("Attempted to load weight (torch.Size([576, 1536])) into parameter
+(torch.Size([0]))"). What works is the worker's model runner's ``reload_weights(weights_iterator=...)``,
+which reloads checkpoint-format weights and repacks them again; it is reached through the engine's
+``collective_rpc``. :func:`merged_weights` gives what is synced: the policy's weights with the LoRA deltas
+merged (``W + B A * alpha / r``), under the base model's checkpoint names, in the engine's dtype.
+
+Sleep mode (OpenRLHF's ``--vllm.enable_sleep``) is not supported on CPU, so the engine stays up between
+steps; the trainer recomputes the log-probs of the policy ratio over the final sequence itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+
+def merged_weights(policy: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
+    """(checkpoint name, tensor) of ``policy`` with its LoRA merged; the policy itself is left unchanged.
+
+    ``policy`` is a PEFT model (LoRA layers) or a plain transformers model. Tied weights appear once,
+    as the checkpoint has them (``lm_head.weight`` is left out when it is the embedding).
+    """
+    import torch  # noqa: PLC0415
+
+    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    merged: dict[str, torch.Tensor] = {}
+    lora_modules = {}
+    for name, module in base.named_modules():
+        if hasattr(module, "base_layer") and hasattr(module, "get_delta_weight"):
+            lora_modules[name] = module
+    with torch.no_grad():
+        for name, tensor in base.state_dict().items():
+            if ".lora_" in name or "lora_" in name.rsplit(".", 1)[-1]:
+                continue
+            clean = name.replace(".base_layer.", ".")
+            module_name = name.rsplit(".base_layer.", 1)[0] if ".base_layer." in name else None
+            value = tensor
+            if module_name in lora_modules and clean.endswith(".weight"):
+                module = lora_modules[module_name]
+                value = tensor.clone()
+                for adapter in module.active_adapters:
+                    if adapter in module.lora_A and not module.merged:
+                        value += module.get_delta_weight(adapter).to(value.dtype)
+            merged[clean] = value
+    tied = getattr(base.config, "tie_word_embeddings", False)
+    for name, value in merged.items():
+        if tied and name == "lm_head.weight":
+            continue
+        yield name, (value.to(dtype) if dtype is not None else value).contiguous()
+
+
+def _reload(worker: Any, blob: bytes) -> None:
+    """Runs on each engine worker (collective_rpc): reload the model's weights from safetensors bytes.
+
+    The weights travel as one safetensors blob: vLLM's RPC encoder turns tensors nested in lists into
+    nested lists, which its loader cannot take.
+    """
+    from safetensors.torch import load  # noqa: PLC0415
+
+    worker.model_runner.reload_weights(weights_iterator=iter(load(blob).items()))
+
+
+async def sync_weights(engine: Any, policy: Any, dtype: Any) -> float:
+    """Load ``policy``'s merged weights into vLLM's ``AsyncLLM`` ``engine``; return the seconds it took.
+
+    Needs ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` in the engine's environment (a function is sent to the
+    workers), set before the engine is built (:func:`engine_env`). The prefix cache is reset after.
+    """
+    start = time.perf_counter()
+    from safetensors.torch import save  # noqa: PLC0415
+
+    blob = save(dict(merged_weights(policy, dtype)))
+    await engine.collective_rpc(_reload, args=(blob,))
+    await engine.reset_prefix_cache()
+    return time.perf_counter() - start
+
+
+def engine_env() -> dict[str, str]:
+    """What vLLM's engine needs in its environment for :func:`sync_weights` (on top of the harness's)."""
+    return {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+
+
+class EngineSampler:
+    """vLLM's engine as the CPU trainer's generator (the interface of :class:`trainers.cpu.trainer.PolicySampler`).
+
+    Token ids in, sampled ids out; a turn ends at the end-of-turn token or after a complete tool call
+    (the same stops as the in-process sampler), each request with its own seed. The engine is built in
+    float32 from the warm model's served directory and gets the policy's merged weights with
+    :meth:`sync` after every optimizer step, so what it samples is the policy's distribution.
+    """
+
+    def __init__(self, model_dir: str, tokenizer: Any, cfg: Any, *, max_model_len: int, dtype: str = "float32") -> None:
+        import os  # noqa: PLC0415
+
+        from harness.core import chat  # noqa: PLC0415
+        from harness.engines.serve import server_env  # noqa: PLC0415
+
+        for key, value in {**server_env({}), **engine_env()}.items():
+            os.environ.setdefault(key, value)
+        import vllm  # noqa: PLC0415
+
+        self.tokenizer, self.cfg, self.dtype = tokenizer, cfg, dtype
+        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
+        self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
+        start = time.perf_counter()
+        args = vllm.AsyncEngineArgs(
+            model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=cfg.seed
+        )
+        self.engine = vllm.AsyncLLMEngine.from_engine_args(args)
+        self.build_s = time.perf_counter() - start
+        self.requests = 0
+        self.synced_step: int | None = None
+        self.sync_s = 0.0
+
+    async def __call__(self, context_ids: list[int], budget: int, seed: int | None) -> tuple[list[int], bool]:
+        from vllm import SamplingParams  # noqa: PLC0415
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415
+
+        max_new = min(self.cfg.max_new_tokens, budget)
+        if max_new <= 0:
+            return [], True
+        params = SamplingParams(
+            max_tokens=max_new,
+            temperature=self.cfg.temperature,
+            top_p=self.cfg.top_p,
+            seed=seed,
+            stop_token_ids=list(self.stop_token_ids),
+            stop=list(self.stop_strings),
+            include_stop_str_in_output=True,
+            skip_special_tokens=False,
+        )
+        self.requests += 1
+        final: Any = None
+        async for out in self.engine.generate(
+            TokensPrompt(prompt_token_ids=list(context_ids)), params, request_id=f"cpu-{self.requests}"
+        ):
+            final = out
+        first = final.outputs[0]
+        return list(first.token_ids), first.finish_reason == "length"
+
+    async def sync(self, policy: Any, step: int) -> float:
+        """The policy's merged weights into the engine (once per optimizer step); the seconds it took."""
+        import torch  # noqa: PLC0415
+
+        if self.synced_step == step:
+            return 0.0
+        seconds = await sync_weights(self.engine, policy, getattr(torch, self.dtype))
+        self.synced_step, self.sync_s = step, seconds
+        return seconds
+
+    def close(self) -> None:
+        self.engine.shutdown()
