@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from inspect_ai.log import read_eval_log
+from needs import import_or_skip
 
 from harness.__main__ import main
 
@@ -14,6 +15,7 @@ from harness.__main__ import main
 @pytest.mark.slow
 def test_the_demo_runs_the_warm_model_in_both_arms_and_the_replay_reference(tmp_path: Path) -> None:
     argv = ["demo", "--problems", "3", "--max-tokens", "96", "--max-turns", "2", "--sandbox", "local"]
+    argv += ["--engine", "embedded"]
     assert main([*argv, "--run", "small", "--out-dir", str(tmp_path), "--display", "none"]) == 0
     out = tmp_path / "small"
     arms = {a["arm"]: a for a in json.loads((out / "summary.json").read_text())["arms"]}
@@ -39,3 +41,24 @@ def test_the_demo_runs_the_warm_model_in_both_arms_and_the_replay_reference(tmp_
         "| `import sympy ⏎ print(sympy.divisor_count(2**4 * 3**4))` |"
     ) in table
     assert "| NameError | deep |" in table and "`print(total(range(1, 21)))`" in table
+
+
+@pytest.mark.slow
+def test_the_demo_runs_on_vllm_where_it_runs(tmp_path: Path) -> None:
+    """The default engine where vLLM runs: its server, Inspect's vllm/ provider, the engine named in the report."""
+    from harness.engines.serve import vllm_missing
+
+    import_or_skip("vllm")
+    if reason := vllm_missing():
+        pytest.skip(reason)
+    argv = ["demo", "--problems", "4", "--epochs", "1", "--max-tokens", "96", "--max-turns", "2", "--sandbox", "local"]
+    assert main([*argv, "--run", "small", "--out-dir", str(tmp_path), "--display", "none"]) == 0
+    out = tmp_path / "small"
+    arms = {a["arm"]: a for a in json.loads((out / "summary.json").read_text())["arms"]}
+    for arm in arms.values():
+        assert arm["model"].startswith("vllm/") and arm["status"] == "success"
+        assert arm["metrics"]["samples"] == 4 and arm["metrics"]["tool_calls"] >= 4
+    report = (out / "report.md").read_text()
+    assert "Engine: vLLM 0.32.0 (CPU, bfloat16, eager)" in report
+    assert "significant at the 5% level" in report  # the verdict, in words
+    assert "POST /v1/chat/completions" in (out / "vllm-server.log").read_text()

@@ -276,11 +276,14 @@ def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
     process = dying.process
     assert process is not None
 
+    killed: list[float] = []
+
     def kill_after_the_first_completion() -> None:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and "POST /v1/chat/completions" not in dying.log_path.read_text():
-            time.sleep(0.1)
+            time.sleep(0.05)
         os.killpg(process.pid, signal.SIGKILL)  # dies, as an engine does when it runs out of memory
+        killed.append(time.monotonic())
 
     killer = threading.Thread(target=kill_after_the_first_completion, daemon=True)
     killer.start()
@@ -291,14 +294,18 @@ def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
             model=f"vllm/{dying.model}",
             task_args={"data": "fixture", "saar": True, "max_turns": 4, "max_tokens": 64, "sandbox": "local"},
             limit=4,
+            epochs=6,  # 24 samples: far more requests than the one after which the server dies
+            max_connections=2,
             max_retries=1,
             timeout=15,
             display="none",
             log_dir=str(tmp_path / "logs"),
         )[0]
+        ended = time.monotonic()
     finally:
         killer.join(timeout=130)
         dying.stop()
+    assert killed and killed[0] < ended, "the server must die while the eval runs"
     assert log.status == "error"
     assert log.error is not None and "connect" in log.error.message.lower(), log.error.message
     for sample in log.samples or []:
