@@ -319,6 +319,7 @@ def test_tool_output_lies_outside_the_action_ranges(runs, tokenizer):
         for m in tools:
             assert m["content"] in outside
         assert outside.count("<tool_response>") >= len(tools)
+        assert not any("<|im_start|>" in a for a in actions)  # no range reaches into a header or a tool turn
         # OpenRLHF's action mask (samples_generator: the ranges, shifted by one) covers the same tokens
         mask = [0] * len(ids)
         for a, b in ranges:
