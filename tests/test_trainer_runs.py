@@ -119,3 +119,27 @@ def test_a_bare_named_run_of_before_timestamps_is_resumed_when_it_is_the_only_on
     assert resolve_run_dir("cpu-smoke", tmp_path, None, False).name.startswith("cpu-smoke-")
     with pytest.raises(ValueError, match="plain name"):
         resolve_run_dir("cpu-smoke", tmp_path, "../elsewhere", False)
+
+
+def test_sigterm_during_train_cleaner_closes_the_trainer(cli_in, monkeypatch):
+    """A SIGTERM is a SystemExit inside the run, so the trainer's context (its engine, its sandboxes) is closed."""
+    import os
+    import signal
+
+    run, _ = cli_in
+    closed = []
+
+    def train(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the signal did not stop the run")
+
+    monkeypatch.setattr(_StandInTrainer, "train", train)
+    monkeypatch.setattr(_StandInTrainer, "__exit__", lambda self, *exc: closed.append(exc[0]))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert closed == [SystemExit]

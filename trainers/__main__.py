@@ -35,6 +35,17 @@ def _gpu_ready() -> bool:
     return torch.cuda.is_available()
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (tox, CI, a user's kill) as SystemExit, so that ``with`` blocks close what they started: vLLM's
+    engine runs in child processes that outlive a process killed without cleanup."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainers", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -98,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                 return subprocess.call(recipe.command())
             from trainers.cpu.trainer import train_cpu
 
+            _exit_on_sigterm()  # the trainer's context closes its engine and sandboxes (no orphaned vLLM processes)
             run_dir = train_cpu(recipe, run_name=args.run, resume=args.resume)
             print(f"metrics: {run_dir / 'metrics.jsonl'}\nplot: {run_dir / 'metrics.png'}")
             return 0
