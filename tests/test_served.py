@@ -175,6 +175,7 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
     monkeypatch.chdir(ROOT)
     model_dir = served_dir("smollm2-tools")
     args = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes", "host": LOOPBACK, "enforce_eager": True}
+    args |= {"no_enable_chunked_prefill": True, "max_num_batched_tokens": 4096}  # vLLM 0.32 CPU: see serve_argv
     logs = eval(
         _both_arms(),  # one eval, one model: Inspect starts one server for both arms
         model=f"vllm/{model_dir}",

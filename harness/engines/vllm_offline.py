@@ -52,8 +52,14 @@ class OfflineEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.model_dir = Path(model_dir)
-        args = AsyncEngineArgs(
-            model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed
+        args = AsyncEngineArgs(  # no chunked prefill: see harness.engines.serve.serve_argv
+            model=str(model_dir),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            enforce_eager=True,
+            seed=seed,
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=max_model_len,
         )
         self.engine: Any = AsyncLLM.from_engine_args(args)
         self._requests = 0

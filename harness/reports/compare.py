@@ -115,6 +115,22 @@ def task_file(task: str) -> str:
     raise CompareError(f"unknown task {task!r}: use one of {', '.join(TASKS)} or a path to a task file")
 
 
+def _task(spec: str, args: dict[str, Any], epochs: int | None) -> Any:
+    """The Inspect task of ``spec`` (``file.py@name``) built with ``args``, as Inspect's loader builds it."""
+    import importlib.util
+
+    file, _, name = spec.partition("@")
+    module_spec = importlib.util.spec_from_file_location(f"cleaner_task_{Path(file).stem}", file)
+    if module_spec is None or module_spec.loader is None:
+        raise CompareError(f"cannot load the task file {file}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    build = getattr(module, name or Path(file).stem, None)
+    if build is None:
+        raise CompareError(f"{file} has no task {name!r}")
+    return build(**args, **({"epochs": epochs} if epochs is not None else {}))
+
+
 def _arm_of(log: EvalLog) -> str:
     """ "on" or "off": the resolved switch the task recorded (a preset decides it too), else the task argument."""
     args = {**log.eval.task_args, **log.eval.task_args_passed}
@@ -255,6 +271,7 @@ def run_arms(
     max_samples: int | None = None,
     retry_attempts: int = 2,
     time_limit: int | None = None,
+    parallel: bool = False,
 ) -> list[Path]:
     """Run both SAAR arms of every task with Inspect's ``eval_set``; return the log directories.
 
@@ -266,6 +283,8 @@ def run_arms(
     ``seed``, dataset, limit and generation config; only ``saar`` differs. ``epochs`` None
     leaves the number of samples per problem to the task (its preset, or 1). No generation
     seed is sent: the solver seeds every generation per (sample, epoch) from the task's ``seed``.
+    ``parallel`` runs a task's arms at once, in one eval set (``<log_dir>/<task>``): a served engine then
+    batches both arms' requests, and one arm's slowest samples overlap the other's.
     """
     from inspect_ai import eval_set
 
@@ -275,27 +294,40 @@ def run_arms(
     if unknown:
         raise CompareError(f"unknown arm(s) {unknown}: use 'on' and/or 'off'")
     dirs: list[Path] = []
+    options: dict[str, Any] = dict(
+        model_args=model_args or {},
+        limit=limit,
+        display=display,
+        max_samples=max_samples,
+        retry_attempts=retry_attempts,
+        retry_wait=1,
+        time_limit=time_limit,
+        **(generate or {}),
+    )
     for task in tasks:
         spec = task_file(task)
         name = task_name(spec)
+        if parallel:
+            arm_dir = Path(log_dir) / name
+            both = [_task(spec, {**(task_args or {}), "saar": arm == "on"}, epochs) for arm in arms]
+            ok, logs = eval_set(
+                tasks=both, log_dir=str(arm_dir), model=model.replace("{task}", name), max_tasks=len(both), **options
+            )
+            if not ok:
+                statuses = ", ".join(f"{lg.eval.task}: {lg.status}" for lg in logs) or "no logs"
+                raise CompareError(
+                    f"{name}: the eval set did not finish ({statuses}); rerun the same command to resume it "
+                    f"(logs in {arm_dir})"
+                )
+            dirs.append(arm_dir)
+            continue
         for arm in arms:
             arm_dir = Path(log_dir) / name / f"saar-{arm}"
             args = {**(task_args or {}), "saar": arm == "on"}
             if epochs is not None:
                 args["epochs"] = epochs
             ok, logs = eval_set(
-                tasks=spec,
-                log_dir=str(arm_dir),
-                model=model.replace("{task}", name),
-                model_args=model_args or {},
-                task_args=args,
-                limit=limit,
-                display=display,  # type: ignore[arg-type]
-                max_samples=max_samples,
-                retry_attempts=retry_attempts,
-                retry_wait=1,
-                time_limit=time_limit,
-                **(generate or {}),
+                tasks=spec, log_dir=str(arm_dir), model=model.replace("{task}", name), task_args=args, **options
             )
             if not ok:
                 statuses = ", ".join(f"{lg.eval.task}: {lg.status}" for lg in logs) or "no logs"
