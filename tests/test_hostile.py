@@ -317,7 +317,8 @@ async def test_hostile_program(case: Hostile, backend: str, backends, sandboxes,
     assert isinstance(result, ExecResult)
     assert not result.sandbox_failed, result.stderr[-500:]
     (case.local_check if backend == "local" and case.local_check else case.check)(result)
-    assert elapsed <= case.timeout + 1.0, f"{case.name} took {elapsed:.2f} s with a {case.timeout} s timeout"
+    # a kill that never comes is what this catches; 2 s absorb a shared 2-core machine's scheduling of the cleanup
+    assert elapsed <= case.timeout + 2.0, f"{case.name} took {elapsed:.2f} s with a {case.timeout} s timeout"
     after = await sandbox.run_python("import os\nprint('alive', len(os.listdir('.')))", timeout=5)
     assert after.ok and after.stdout.startswith("alive"), (after.error_kind, after.stderr[-500:])
     # the host is untouched: no process left, no file in /, no connection to its loopback

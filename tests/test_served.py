@@ -30,6 +30,7 @@ from harness.engines.serve import (
     chat_template_problem,
     serve_argv,
     served_chat_template,
+    served_name,
     vllm_missing,
 )
 
@@ -86,6 +87,11 @@ def test_the_server_listens_on_loopback_only_with_the_tool_parser() -> None:
     assert argv[argv.index("--host") + 1] == LOOPBACK == "127.0.0.1"
     assert argv[argv.index("--port") + 1] == "8123"
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in argv
+    assert "--no-enable-chunked-prefill" in argv  # vLLM 0.32 CPU: a seeded chunked prefill kills the engine
+    named = serve_argv(Path("/models/m"), 8123, name="smollm2-tools")
+    assert named[named.index("--served-model-name") + 1] == "smollm2-tools"
+    assert served_name("embedded/smollm2-tools") == "smollm2-tools" and served_name("/x/model.gguf") == "model"
+    assert served_name(None) == "smollm2"
 
 
 def _needs_vllm() -> None:

@@ -7,7 +7,7 @@ its base, a chat template that renders :func:`harness.core.chat.render`'s text) 
 runs it. Inspect's own providers then talk to it exactly as on a GPU machine::
 
     SGLANG_BASE_URL=http://127.0.0.1:PORT/v1 inspect eval tasks/aime24.py \\
-        --model sglang/<served directory> -T data=fixture
+        --model sglang/smollm2-tools -T data=fixture
 
 or start the server themselves (``--model vllm/<served directory> -M enable_auto_tool_choice=true
 -M tool_call_parser=hermes -M host=127.0.0.1 -M enforce_eager=true``). vLLM comes from the PyPI
@@ -236,7 +236,20 @@ def port_in_use(port: int) -> bool:
     return False
 
 
-def serve_argv(model_dir: Path, port: int, *, dtype: str = "bfloat16", max_model_len: int = MAX_MODEL_LEN) -> list[str]:
+def served_name(name: str | None) -> str:
+    """The name a server of the project's serves a model spec under (``smollm2-tools``, or a path's last part):
+    what requests and logs name, instead of a directory of this machine."""
+    return Path(model_spec(name) or "smollm2").name.removesuffix(".gguf")
+
+
+def serve_argv(
+    model_dir: Path,
+    port: int,
+    *,
+    dtype: str = "bfloat16",
+    max_model_len: int = MAX_MODEL_LEN,
+    name: str | None = None,
+) -> list[str]:
     """The ``vllm serve`` command line for ``model_dir`` on loopback ``port``: the hermes tool parser, eager mode
     (30 s to start instead of 90, the same throughput on CPU), no chunked prefill (see below)."""
     return [
@@ -260,6 +273,7 @@ def serve_argv(model_dir: Path, port: int, *, dtype: str = "bfloat16", max_model
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         TOOL_PARSER,
+        *(["--served-model-name", name] if name else []),
     ]
 
 
@@ -282,7 +296,8 @@ class Server:
     """A ``vllm serve`` child process on loopback, started on entry and stopped on exit.
 
     ``base_url`` is the OpenAI base URL (``http://127.0.0.1:PORT/v1``); ``model`` is the name
-    requests must use (the served directory). The server's output goes to ``log_path``.
+    requests must use (:func:`served_name`: ``smollm2-tools``, not a directory of this machine, so logs and
+    reports name no machine's paths). The server's output goes to ``log_path``.
     """
 
     def __init__(
@@ -298,10 +313,11 @@ class Server:
         if reason := vllm_missing():
             raise ServeError(f"cannot serve {name or 'smollm2'} with vLLM: {reason}")
         self.model_dir = served_dir(name, dtype=dtype)
+        self.name = served_name(name)
         if problem := chat_template_problem(self.model_dir):
             raise ServeError(problem)
         self.port = port or free_port()
-        self.argv = serve_argv(self.model_dir, self.port, dtype=dtype, max_model_len=max_model_len)
+        self.argv = serve_argv(self.model_dir, self.port, dtype=dtype, max_model_len=max_model_len, name=self.name)
         self.env = server_env()
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")[1])
         self.start_timeout_s = start_timeout_s
@@ -310,7 +326,7 @@ class Server:
 
     @property
     def model(self) -> str:
-        return str(self.model_dir)
+        return self.name
 
     @property
     def base_url(self) -> str:
@@ -403,7 +419,7 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"serving {server.model_dir}  ({server.start_seconds:.0f} s to start)\n\n"
                 f"evaluate it with Inspect's own provider:\n  SGLANG_BASE_URL={server.base_url} inspect eval "
-                f"tasks/aime24.py --model sglang/{server.model_dir} -T data=fixture\n\nCtrl-C stops it.",
+                f"tasks/aime24.py --model sglang/{server.model} -T data=fixture\n\nCtrl-C stops it.",
                 flush=True,
             )
             while server.process is not None and server.process.poll() is None:
