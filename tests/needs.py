@@ -27,3 +27,14 @@ def import_or_skip(module: str) -> ModuleType:
             f"CI or CLEANER_REQUIRE_DEPS is set but {module} cannot be imported ({exc}): install it for these tests",
             pytrace=False,
         )
+
+
+def needs_vllm() -> None:
+    """Skip (or, under CI, fail) unless vLLM is installed and can run here (``vllm_missing`` says why not)."""
+    from harness.engines.serve import vllm_missing
+
+    import_or_skip("vllm")
+    if reason := vllm_missing():
+        if os.environ.get("CI") or os.environ.get("CLEANER_REQUIRE_DEPS"):
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from inspect_ai.log import read_eval_log
-from needs import import_or_skip
+from needs import needs_vllm
 
 from harness.__main__ import main
 
@@ -46,11 +46,7 @@ def test_the_demo_runs_the_warm_model_in_both_arms_and_the_replay_reference(tmp_
 @pytest.mark.slow
 def test_the_demo_runs_on_vllm_where_it_runs(tmp_path: Path) -> None:
     """The default engine where vLLM runs: its server, Inspect's vllm/ provider, the engine named in the report."""
-    from harness.engines.serve import vllm_missing
-
-    import_or_skip("vllm")
-    if reason := vllm_missing():
-        pytest.skip(reason)
+    needs_vllm()
     argv = ["demo", "--problems", "4", "--epochs", "1", "--max-tokens", "96", "--max-turns", "2", "--sandbox", "local"]
     assert main([*argv, "--run", "small", "--out-dir", str(tmp_path), "--display", "none"]) == 0
     out = tmp_path / "small"

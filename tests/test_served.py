@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from needs import import_or_skip
+from needs import needs_vllm
 
 from harness.core import chat
 from harness.core.messages import Message, ToolCall, system, to_openai, user
@@ -94,15 +94,9 @@ def test_the_server_listens_on_loopback_only_with_the_tool_parser() -> None:
     assert served_name(None) == "smollm2"
 
 
-def _needs_vllm() -> None:
-    import_or_skip("vllm")
-    if reason := vllm_missing():
-        pytest.fail(reason) if os.environ.get("CI") or os.environ.get("CLEANER_REQUIRE_DEPS") else pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    _needs_vllm()
+    needs_vllm()
     log = tmp_path_factory.mktemp("serve") / "server.log"
     with Server("smollm2-tools", log_path=log) as running:
         yield running
@@ -110,14 +104,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 def _both_arms() -> list[Any]:
     """The aime24 fixture task with SAAR on and with SAAR off (one eval runs both, on one model)."""
-    import importlib.util
+    from harness.reports.compare import build_task, task_file
 
-    spec = importlib.util.spec_from_file_location("aime24_task", ROOT / "tasks" / "aime24.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     args = {"data": "fixture", "max_turns": 3, "max_tokens": 160, "sandbox": "local"}
-    return [module.aime24(saar=saar, **args) for saar in (True, False)]
+    return [build_task(task_file("aime24"), {**args, "saar": saar}) for saar in (True, False)]
 
 
 def _tool_calls_from_the_parser(sample: Any) -> int:
@@ -174,7 +164,7 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
 
     from harness.engines.serve import served_dir, server_env
 
-    _needs_vllm()
+    needs_vllm()
     for key, value in server_env({}).items():  # KV cache, offline, no usage statistics (tox sets them too)
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("VLLM_BASE_URL", raising=False)
@@ -230,7 +220,7 @@ def test_the_server_samples_with_the_requested_temperature_and_seed(server: Serv
 
 
 def test_a_port_in_use_is_a_clear_error() -> None:
-    _needs_vllm()
+    needs_vllm()
     import socket
 
     with socket.socket() as busy:
@@ -277,7 +267,7 @@ def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
 
     from inspect_ai import eval
 
-    _needs_vllm()
+    needs_vllm()
     monkeypatch.chdir(ROOT)
     dying = Server("smollm2-tools", log_path=tmp_path / "server.log").start()
     process = dying.process

@@ -115,7 +115,7 @@ def task_file(task: str) -> str:
     raise CompareError(f"unknown task {task!r}: use one of {', '.join(TASKS)} or a path to a task file")
 
 
-def _task(spec: str, args: dict[str, Any], epochs: int | None) -> Any:
+def build_task(spec: str, args: dict[str, Any], epochs: int | None = None) -> Any:
     """The Inspect task of ``spec`` (``file.py@name``) built with ``args``, as Inspect's loader builds it."""
     import importlib.util
 
@@ -309,7 +309,7 @@ def run_arms(
         name = task_name(spec)
         if parallel:
             arm_dir = Path(log_dir) / name
-            both = [_task(spec, {**(task_args or {}), "saar": arm == "on"}, epochs) for arm in arms]
+            both = [build_task(spec, {**(task_args or {}), "saar": arm == "on"}, epochs) for arm in arms]
             ok, logs = eval_set(
                 tasks=both, log_dir=str(arm_dir), model=model.replace("{task}", name), max_tasks=len(both), **options
             )
