@@ -5,10 +5,24 @@ from __future__ import annotations
 import os
 
 import pytest
+from engine_leaks import MARK, kill, leftover_engines
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("INSPECT_LOG_DIR", "logs/tests")
+os.environ[MARK] = str(os.getpid())  # inherited by every process the tests start
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_engine_left_running(request: pytest.FixtureRequest):
+    """A module that leaves a vLLM server, engine core or Ray daemon running fails: a leftover engine holds
+    gigabytes and CPU for the rest of the session and slowed or broke the tests after it."""
+    yield
+    left = leftover_engines(os.environ[MARK])
+    if left:
+        kill(left)
+        listing = "\n".join(f"  {pid}: {command}" for pid, command in left.items())
+        pytest.fail(f"{request.module.__name__} left engine processes running (now killed):\n{listing}")
 
 
 @pytest.fixture

@@ -161,6 +161,7 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
     """The GPU user's command: ``--model vllm/<dir> -M enable_auto_tool_choice=true -M tool_call_parser=hermes``."""
     from inspect_ai import eval
     from inspect_ai.log import resolve_sample_attachments
+    from inspect_ai.model import get_model
 
     from harness.engines.serve import served_dir, server_env
 
@@ -172,14 +173,13 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
     model_dir = served_dir("smollm2-tools")
     args = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes", "host": LOOPBACK, "enforce_eager": True}
     args |= {"no_enable_chunked_prefill": True, "max_num_batched_tokens": 4096}  # vLLM 0.32 CPU: see serve_argv
-    logs = eval(
-        _both_arms(),  # one eval, one model: Inspect starts one server for both arms
-        model=f"vllm/{model_dir}",
-        model_args={**args, "max_model_len": 4096, "dtype": "bfloat16"},
-        limit=4,
-        display="none",
-        log_dir=str(tmp_path),
-    )
+    # One eval, one model: Inspect starts one server for both arms. Not memoized, and closed on leaving the block:
+    # Inspect otherwise keeps the server it started until the process exits (here: the rest of the test session).
+    with get_model(f"vllm/{model_dir}", memoize=False, **args, max_model_len=4096, dtype="bfloat16") as model:
+        logs = eval(_both_arms(), model=model, limit=4, display="none", log_dir=str(tmp_path))
+        server = model.api._server.process  # type: ignore[attr-defined]
+        assert server is not None and server.poll() is None
+    assert server.wait(timeout=60) is not None  # Inspect stopped the server it started
     structured = 0
     for log, saar in zip(logs, (True, False), strict=True):
         assert log.status == "success", log.error
@@ -302,7 +302,8 @@ def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
     finally:
         killer.join(timeout=130)
         dying.stop()
-    assert killed and killed[0] < ended, "the server must die while the eval runs"
+    server_log = dying.log_path.read_text()[-3000:]
+    assert killed and killed[0] < ended, f"the server must die while the eval runs; its log ends:\n{server_log}"
     assert log.status == "error"
     assert log.error is not None and "connect" in log.error.message.lower(), log.error.message
     for sample in log.samples or []:
