@@ -51,7 +51,8 @@ if TYPE_CHECKING:
 LOOPBACK = "127.0.0.1"
 #: bump when the served directory's contents change (chat template, generation config)
 SERVED_FORMAT = "2"
-#: seconds a server may take to load its model and answer /health (2 busy cores: allow a lot)
+#: seconds a server may take to load its model and answer /health (2 busy cores: allow a lot);
+#: ``CLEANER_VLLM_START_TIMEOUT`` overrides it (a second engine on the same cores slowed start-up past 270 s)
 START_TIMEOUT_S = 300.0
 #: the tool-call parser of vLLM (and SGLang's ``qwen25``) for the Hermes ``<tool_call>`` form
 TOOL_PARSER = "hermes"
@@ -308,7 +309,7 @@ class Server:
         dtype: str = "bfloat16",
         max_model_len: int = MAX_MODEL_LEN,
         log_path: Path | None = None,
-        start_timeout_s: float = START_TIMEOUT_S,
+        start_timeout_s: float | None = None,
     ) -> None:
         if reason := vllm_missing():
             raise ServeError(f"cannot serve {name or 'smollm2'} with vLLM: {reason}")
@@ -320,7 +321,7 @@ class Server:
         self.argv = serve_argv(self.model_dir, self.port, dtype=dtype, max_model_len=max_model_len, name=self.name)
         self.env = server_env()
         self.log_path = log_path or Path(tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")[1])
-        self.start_timeout_s = start_timeout_s
+        self.start_timeout_s = start_timeout_s or float(os.environ.get("CLEANER_VLLM_START_TIMEOUT", START_TIMEOUT_S))
         self.process: subprocess.Popen[bytes] | None = None
         self.start_seconds: float | None = None  #: seconds from start to the first healthy answer
 
@@ -358,7 +359,10 @@ class Server:
                 return self
             time.sleep(0.5)
         self.stop()
-        raise ServeError(f"vllm serve did not answer within {self.start_timeout_s:.0f} s:\n{self.log_tail()}")
+        raise ServeError(
+            f"vllm serve did not answer within {self.start_timeout_s:.0f} s (load average {os.getloadavg()[0]:.1f}; "
+            f"set CLEANER_VLLM_START_TIMEOUT to wait longer; log {self.log_path}):\n{self.log_tail()}"
+        )
 
     def healthy(self) -> bool:
         try:
