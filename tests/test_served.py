@@ -309,3 +309,19 @@ def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
     for sample in log.samples or []:
         if sample.error is not None:
             assert not sample.scores  # an engine failure is never the model's failure
+
+
+def test_a_stopped_server_is_forgotten_by_inspects_vllm_provider() -> None:
+    """Inspect keeps the first endpoint of a base model for the process: the next server of that name must be found
+    (without this the dying-server test, run after the demo's, reached the demo's dead port)."""
+    from inspect_ai.model._providers._vllm_lora import VLLMServer, _vllm_servers
+
+    from harness.engines.serve import forget_inspect_endpoint
+
+    stale = _vllm_servers.setdefault("a-stopped-server", VLLMServer())
+    stale.base_url, stale.port = "http://127.0.0.1:9/v1", 9
+    epoch = stale._epoch
+    forget_inspect_endpoint("a-stopped-server")
+    assert stale.base_url is None and stale.port is None and stale._epoch == epoch + 1  # re-resolved on next use
+    forget_inspect_endpoint("never-served")  # nothing cached: nothing to do
+    del _vllm_servers["a-stopped-server"]

@@ -373,6 +373,7 @@ class Server:
 
     def stop(self) -> None:
         """Stop the server and its engine process (SIGTERM to the process group, SIGKILL after 20 s)."""
+        forget_inspect_endpoint(self.model)
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
             return
@@ -445,3 +446,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def forget_inspect_endpoint(model: str) -> None:
+    """Make Inspect's ``vllm/<model>`` provider look up ``VLLM_BASE_URL`` again on its next request.
+
+    Inspect 0.3.285 resolves the endpoint of a base model once per process (``_vllm_servers``) and keeps it: a
+    second server for the same model name (the tests, the benchmark, two demos in one process) was never reached
+    ("All connection attempts failed" on the first server's dead port)."""
+    try:
+        from inspect_ai.model._providers._vllm_lora import _vllm_servers
+    except ImportError:  # no Inspect, or a version without the registry: nothing is cached there
+        return
+    entry = _vllm_servers.get(model)
+    if entry is not None and entry.process is None:  # a server Inspect started itself is Inspect's to stop
+        entry.base_url = entry.api_key = entry.port = None
+        entry._epoch += 1
