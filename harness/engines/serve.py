@@ -372,7 +372,8 @@ class Server:
             return False
 
     def stop(self) -> None:
-        """Stop the server and its engine process (SIGTERM to the process group, SIGKILL after 20 s)."""
+        """Stop the server and its engine process (SIGTERM to the process group, SIGKILL after 20 s); Inspect's
+        ``vllm/`` provider forgets its endpoint (:func:`forget_inspect_endpoint`)."""
         forget_inspect_endpoint(self.model)
         process, self.process = self.process, None
         if process is None or process.poll() is not None:
@@ -438,16 +439,6 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.engines.serve", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def forget_inspect_endpoint(model: str) -> None:
     """Make Inspect's ``vllm/<model>`` provider look up ``VLLM_BASE_URL`` again on its next request.
 
@@ -462,3 +453,13 @@ def forget_inspect_endpoint(model: str) -> None:
     if entry is not None and entry.process is None:  # a server Inspect started itself is Inspect's to stop
         entry.base_url = entry.api_key = entry.port = None
         entry._epoch += 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness.engines.serve", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
