@@ -182,9 +182,12 @@ def bench(args: argparse.Namespace) -> list[Figures]:
             offline = OfflineEngine(model_dir)
             print(f"# {engine}: engine built in {time.monotonic() - started:.1f} s", flush=True)
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
-            try:
+            async def every_concurrency() -> None:  # one event loop: the engine's output task lives on the first
                 for c in args.concurrency:
-                    report(engine, asyncio.run(run_offline(offline, tokenizer, c, args)))
+                    report(engine, await run_offline(offline, tokenizer, c, args))
+
+            try:
+                asyncio.run(every_concurrency())
             finally:
                 offline.shutdown()
     return results
