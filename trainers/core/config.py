@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig
+from trainers.core.faults import SANDBOX_RETRIES
 
 CONFIG_ENV = "CLEANER_AGENT_CONFIG"
 #: what may generate the CPU trainer's rollouts (CpuConfig.engine)
@@ -32,6 +33,8 @@ class ExecutorConfig:
     seed: int | None = None  #: seed of the per-trajectory SAAR draw (None: fresh randomness)
     #: tool programs running at once per executor, i.e. per vLLM engine (a sandbox is leased per call)
     sandbox_pool: int = 16
+    #: reruns of a rollout whose sandbox failed, from its start (trainers.core.faults); then execute() raises
+    sandbox_retries: int = SANDBOX_RETRIES
     #: generated tokens a trajectory may have before the overlong penalty (the launcher copies rollout.max_new_tokens)
     max_new_tokens: int | None = None
     #: DAPO overlong buffer counted over generated tokens only (OpenRLHF 0.11.2's own counts tool output too)
@@ -41,6 +44,8 @@ class ExecutorConfig:
     def __post_init__(self) -> None:
         if self.sandbox_pool < 1:
             raise ValueError(f"sandbox_pool must be >= 1, got {self.sandbox_pool!r}")
+        if self.sandbox_retries < 0:
+            raise ValueError(f"sandbox_retries must be >= 0, got {self.sandbox_retries!r}")
         if self.overlong_buffer_len is not None:
             if self.max_new_tokens is None:
                 raise ValueError("overlong_buffer_len needs max_new_tokens (the generated-token budget)")
@@ -129,6 +134,11 @@ class CpuConfig:
     )
     batch_window_s: float = _help(
         0.2, "seconds the batcher waits for more rollouts' requests before generating a batch", minimum=0.0
+    )
+    sandbox_retries: int = _help(
+        SANDBOX_RETRIES,
+        "reruns of a rollout whose sandbox failed (a killed container): from its start, never scored as the model's",
+        minimum=0,
     )
     engine: str = _help(
         "hf",

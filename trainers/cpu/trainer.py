@@ -48,8 +48,9 @@ from harness.core.rollout import RolloutConfig, Trajectory, rollout
 from trainers.core._compat import get_backend, get_render
 from trainers.core.config import CpuConfig
 from trainers.core.data import TrainItem, load_items, load_open_agentrl
+from trainers.core.faults import rerun_on_sandbox_failure
 from trainers.core.recipes import Recipe
-from trainers.core.reward import compute_reward
+from trainers.core.reward import Outcome, compute_reward
 from trainers.core.tokens import SampledStore, assemble
 from trainers.cpu.runs import resolve_run_dir
 
@@ -111,6 +112,7 @@ class RolloutRecord:
     reward: float
     correct: bool
     traj: Trajectory
+    sandbox_reruns: int = 0  #: times the rollout was rerun from its start after its sandbox failed
 
 
 async def run_one(
@@ -123,28 +125,33 @@ async def run_one(
     """
     tok, render = sampler.tokenizer, get_render()
     messages = item.messages()
-    store = SampledStore()
 
-    async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
-        ctx = assemble(tok, context, len(messages), store=store, add_generation_prompt=True, render=render)
-        ids, truncated = await sampler(ctx.ids, cfg.max_total_tokens - len(ctx.ids), seed)
-        ended = bool(ids) and ids[-1] in sampler.stop_token_ids  # the end-of-turn token is not part of the text
-        text = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
-        store.add(text, ids)
-        return Generation(text=text, truncated=truncated, output_tokens=len(ids), token_ids=ids)
+    async def attempt() -> tuple[Trajectory, Outcome, SampledStore]:
+        store = SampledStore()  # a rerun starts from nothing the failed attempt sampled
 
-    sandbox = await backend.acquire()
-    try:
-        traj = await rollout(messages, generate, sandbox, problem_rollout_config(item.kind, rcfg), seed=seed)
-        outcome = await compute_reward(item, traj.final_text, sandbox)
-    finally:
-        await backend.release(sandbox)
+        async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
+            ctx = assemble(tok, context, len(messages), store=store, add_generation_prompt=True, render=render)
+            ids, truncated = await sampler(ctx.ids, cfg.max_total_tokens - len(ctx.ids), seed)
+            ended = bool(ids) and ids[-1] in sampler.stop_token_ids  # the end-of-turn token is not part of the text
+            text = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
+            store.add(text, ids)
+            return Generation(text=text, truncated=truncated, output_tokens=len(ids), token_ids=ids)
+
+        sandbox = await backend.acquire()
+        try:
+            traj = await rollout(messages, generate, sandbox, problem_rollout_config(item.kind, rcfg), seed=seed)
+            return traj, await compute_reward(item, traj.final_text, sandbox), store
+        finally:
+            await backend.release(sandbox)
+
+    what = f"rollout of {item.id!r} (seed {seed})"
+    (traj, outcome, store), reruns = await rerun_on_sandbox_failure(attempt, retries=cfg.sandbox_retries, what=what)
     full = assemble(tok, traj.messages, len(messages), store=store, render=render)
     prompt_len = len(assemble(tok, messages, len(messages), add_generation_prompt=True, render=render).ids)
     mask = full.action_mask()
     completion = full.ids[prompt_len:] or [tok.eos_token_id]
     env_mask = mask[prompt_len:] or [0]
-    return RolloutRecord(full.ids[:prompt_len], completion, env_mask, outcome.reward, outcome.correct, traj)
+    return RolloutRecord(full.ids[:prompt_len], completion, env_mask, outcome.reward, outcome.correct, traj, reruns)
 
 
 def step_metrics(records: list[RolloutRecord], rollout_s: float) -> dict[str, Any]:
@@ -158,6 +165,7 @@ def step_metrics(records: list[RolloutRecord], rollout_s: float) -> dict[str, An
         **aggregate([TrajectoryMetrics.of(r.traj) for r in records]),
         "first_calls": calls,
         "first_call_failure_rate": rate(failures, calls),
+        "sandbox_reruns": sum(r.sandbox_reruns for r in records),
         "rollout_s": rollout_s,
     }
 

@@ -58,6 +58,7 @@ from sandboxes.base import ExecResult, Sandbox
 from trainers.core._compat import get_backend, get_render
 from trainers.core.config import ExecutorConfig
 from trainers.core.data import TrainItem
+from trainers.core.faults import rerun_on_sandbox_failure
 from trainers.core.reward import Outcome, compute_reward, overlong_penalty
 from trainers.core.tokens import SampledStore, TokenTrajectory, assemble
 
@@ -150,33 +151,42 @@ class AgentExecutor(AgentExecutorBase):
         render = self._get_render()
         messages = item.messages()
         n_prompt = len(messages)
-        store = SampledStore()
-
-        async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
-            ctx = assemble(tokenizer, context, n_prompt, store=store, add_generation_prompt=True, render=render)
-            params = deepcopy(sampling_params)
-            if seed is not None:  # a seeded trajectory (harness.core.seeds): vLLM honours a per-request seed
-                params.seed = seed
-            left = max_length - len(ctx.ids)
-            per_turn = getattr(sampling_params, "max_tokens", None)  # --rollout.max_new_tokens
-            params.max_tokens = left if per_turn is None else min(per_turn, left)
-            if params.max_tokens <= 0:
-                return Generation(text="", truncated=True, output_tokens=0, token_ids=[])
-            out = (await engine.generate(ctx.ids, params)).outputs[0]
-            ids = list(out.token_ids)
-            text = tokenizer.decode(ids, skip_special_tokens=False)
-            eos = getattr(tokenizer, "eos_token", None)
-            if eos and text.endswith(eos):
-                text = text[: -len(eos)]
-            store.add(text, ids)
-            return Generation(text=text, truncated=out.finish_reason == "length", output_tokens=len(ids), token_ids=ids)
-
-        sandbox = self._sandbox()
-        rng = random.Random(self._rng.random())
+        # the trajectory's SAAR draw, fixed before any attempt: a rerun after a sandbox failure draws the same
+        rng_seed = self._rng.random()
         # the parse mode follows the problem kind: a code item's final ```python block is its answer
         config = rollout_config(item.kind, self._rollout_config)
-        traj = await rollout(messages, generate, sandbox, config, rng)
-        outcome = await compute_reward(item, traj.final_text, sandbox, lenient=self.config.lenient_reward)
+
+        async def attempt() -> tuple[Trajectory, Outcome, SampledStore]:
+            store = SampledStore()  # a rerun starts from nothing the failed attempt sampled
+
+            async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
+                ctx = assemble(tokenizer, context, n_prompt, store=store, add_generation_prompt=True, render=render)
+                params = deepcopy(sampling_params)
+                if seed is not None:  # a seeded trajectory (harness.core.seeds): vLLM honours a per-request seed
+                    params.seed = seed
+                left = max_length - len(ctx.ids)
+                per_turn = getattr(sampling_params, "max_tokens", None)  # --rollout.max_new_tokens
+                params.max_tokens = left if per_turn is None else min(per_turn, left)
+                if params.max_tokens <= 0:
+                    return Generation(text="", truncated=True, output_tokens=0, token_ids=[])
+                out = (await engine.generate(ctx.ids, params)).outputs[0]
+                ids = list(out.token_ids)
+                text = tokenizer.decode(ids, skip_special_tokens=False)
+                eos = getattr(tokenizer, "eos_token", None)
+                if eos and text.endswith(eos):
+                    text = text[: -len(eos)]
+                store.add(text, ids)
+                return Generation(
+                    text=text, truncated=out.finish_reason == "length", output_tokens=len(ids), token_ids=ids
+                )
+
+            sandbox = self._sandbox()
+            traj = await rollout(messages, generate, sandbox, config, random.Random(rng_seed))
+            return traj, await compute_reward(item, traj.final_text, sandbox, lenient=self.config.lenient_reward), store
+
+        (traj, outcome, store), reruns = await rerun_on_sandbox_failure(
+            attempt, retries=self.config.sandbox_retries, what=f"rollout of {item.id!r}"
+        )
         final = assemble(tokenizer, traj.messages, n_prompt, store=store, render=render)
         penalty = self._overlong_penalty(final)
         result = {
@@ -190,7 +200,7 @@ class AgentExecutor(AgentExecutorBase):
             "truncated": traj.stop_reason == "length",
             "reward": outcome.reward + penalty,
             "scores": outcome.score,
-            "extra_logs": {**extra_logs(traj, outcome), **token_logs(final, penalty)},
+            "extra_logs": {**extra_logs(traj, outcome), **token_logs(final, penalty), "sandbox_reruns": float(reruns)},
         }
         return result, traj
 

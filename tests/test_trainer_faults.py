@@ -1,0 +1,151 @@
+"""A sandbox that fails mid-rollout in training: the rollout reruns from its start, is never scored as the model's
+failure, and past its reruns the step errors (both trainers: the OpenRLHF executor and the CPU trainer's run_one).
+
+The failure is injected (a sandbox whose first runs come back ``sandbox_failed``, as a killed container's call
+does: `tests/test_sandbox_soak.py` kills real ones); every other run goes to a real local sandbox.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from needs import import_or_skip
+
+import_or_skip("openrlhf.utils.agent")
+import_or_skip("trl")
+
+from harness.core.protocol import serialize_call  # noqa: E402
+from harness.core.rollout import RolloutConfig  # noqa: E402
+from harness.core.saar import SaarConfig  # noqa: E402
+from sandboxes.base import ExecResult, Sandbox, SandboxError  # noqa: E402
+from trainers.core import _compat  # noqa: E402
+from trainers.core.config import CpuConfig  # noqa: E402
+from trainers.core.data import TrainItem  # noqa: E402
+from trainers.cpu.trainer import run_one  # noqa: E402
+from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig  # noqa: E402
+
+A, B = 12345678, 87654321
+ANSWER = str(A * B)
+CALL = "I will multiply with the tool.\n" + serialize_call(f"print({A} * {B})")
+FINAL = f"The product is \\boxed{{{ANSWER}}}."
+
+
+class _DyingSandbox(Sandbox):
+    """A real local sandbox whose first ``failures`` runs come back as a killed container's do."""
+
+    backend = "dying"
+
+    def __init__(self, failures: int) -> None:
+        from sandboxes.local import LocalSandbox
+
+        self.real = LocalSandbox()
+        self.failures = failures
+        self.runs = 0
+
+    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
+        self.runs += 1
+        if self.runs <= self.failures:
+            return ExecResult(ok=False, stderr="container killed", error_kind="SandboxDied", sandbox_failed=True)
+        return await self.real.run_python(code, timeout=timeout, stdin=stdin, files=files)
+
+    async def close(self) -> None:
+        await self.real.close()
+
+
+class _Backend:
+    def __init__(self, failures: int) -> None:
+        self.sandbox = _DyingSandbox(failures)
+        self.acquired = self.released = 0
+
+    async def acquire(self) -> Sandbox:
+        self.acquired += 1
+        return self.sandbox
+
+    async def release(self, sandbox: Sandbox) -> None:
+        self.released += 1
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return _compat.load_tokenizer()
+
+
+def _item() -> TrainItem:
+    return TrainItem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+
+
+class _Engine:
+    """OpenRLHF's rollout engine's generate, scripted: CALL until the tool has printed the product, then FINAL."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.calls = tokenizer, 0
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        self.calls += 1
+        text = FINAL if ANSWER in self.tokenizer.decode(prompt_token_ids) else CALL  # the tool printed it
+        out = SimpleNamespace(token_ids=_ids(self.tokenizer, text), finish_reason="stop", logprobs=None)
+        return SimpleNamespace(outputs=[out])
+
+
+async def _execute(tokenizer, failures: int, retries: int = 2):
+    backend = _Backend(failures)
+    executor = AgentExecutor(
+        ExecutorConfig(saar={"enabled": True, "prob": 1.0}, seed=0, sandbox_retries=retries), backend=backend
+    )
+    item = _item()
+    params = SimpleNamespace(max_tokens=None, logprobs=None, temperature=1.0)
+    result, traj = await executor.run(item.prompt, item.label(), params, 4096, tokenizer, _Engine(tokenizer))
+    return result, traj, backend
+
+
+async def test_the_executor_reruns_a_rollout_whose_sandbox_died_and_scores_only_the_rerun(tokenizer):
+    result, traj, backend = await _execute(tokenizer, failures=1)
+    assert backend.sandbox.runs == 2  # the killed call, then the rerun's call
+    assert result["extra_logs"]["sandbox_reruns"] == 1.0
+    assert result["reward"] == 1.0  # the rerun's right answer
+    assert traj.tool_failures == 0  # the kill is nowhere in what is trained on
+    text = tokenizer.decode(result["observation_tokens"])
+    assert "container killed" not in text and "SandboxDied" not in text
+    assert text.count(CALL) == 1  # nothing of the failed attempt was kept
+
+
+async def test_the_executor_raises_instead_of_scoring_when_every_attempt_dies(tokenizer):
+    with pytest.raises(SandboxError, match="rollout of 'mul-1'.*3 attempt.*not scored"):
+        await _execute(tokenizer, failures=10, retries=2)
+
+
+class _Sampler:
+    """The CPU trainer's sampler, scripted like _Engine."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.stop_token_ids = {tokenizer.eos_token_id}
+
+    async def __call__(self, ids: list[int], budget: int, seed: int | None) -> tuple[list[int], bool]:
+        text = FINAL if ANSWER in self.tokenizer.decode(ids) else CALL
+        return _ids(self.tokenizer, text), False
+
+
+async def test_the_cpu_trainers_rollout_reruns_after_a_sandbox_death_and_counts_it(tokenizer):
+    backend = _Backend(failures=2)
+    rcfg = RolloutConfig(max_turns=3, saar=SaarConfig(enabled=True, prob=1.0))
+    record = await run_one(_item(), _Sampler(tokenizer), backend, rcfg, CpuConfig(sandbox_retries=2), seed=7)
+    assert record.sandbox_reruns == 2
+    assert record.reward == 1.0 and record.traj.tool_failures == 0
+    assert backend.acquired == backend.released == 3  # every attempt gave its sandbox back
+    assert tokenizer.decode(record.completion_ids).count(CALL) == 1
+
+    with pytest.raises(SandboxError, match="not scored"):
+        await run_one(_item(), _Sampler(tokenizer), _Backend(failures=5), rcfg, CpuConfig(sandbox_retries=1), seed=7)
+
+
+def test_sandbox_retries_below_zero_is_refused():
+    with pytest.raises(ValueError, match="sandbox_retries"):
+        ExecutorConfig(sandbox_retries=-1)
+    with pytest.raises(ValueError, match="sandbox_retries"):
+        CpuConfig(sandbox_retries=-1)
