@@ -219,8 +219,9 @@ async def run_fenced(
     except asyncio.CancelledError:
         # Cancelled while asyncio still connects the pipes (the fork of a large process, such as a test suite
         # that loaded models, is slow enough for a sample's time limit to land here). Cancelling the spawn would
-        # kill the child alone and then wait, with no timeout, for all its pipes to close: a grandchild holding
-        # stdout kept the caller waiting for ever. Let the spawn finish, kill all it started, then raise.
+        # kill the direct child alone (bwrap's outer process: the sandbox survives it) and then wait, with no
+        # timeout, for all pipes to close, which the survivors hold: the caller waited for ever. Let the spawn
+        # finish, kill all it started, then raise.
         spawn.add_done_callback(lambda done: _kill_spawned(done, uid))
         await asyncio.wait({spawn})
         raise
