@@ -201,17 +201,30 @@ async def run_fenced(
 
     Raises what starting the process raises (``OSError``, ``subprocess.SubprocessError``).
     """
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-        preexec_fn=preexec,
-        **user_kwargs,
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            preexec_fn=preexec,
+            **user_kwargs,
+        )
     )
+    try:
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        # Cancelled while asyncio still connects the pipes (the fork of a large process, such as a test suite
+        # that loaded models, is slow enough for a sample's time limit to land here). Cancelling the spawn would
+        # kill the direct child alone (bwrap's outer process: the sandbox survives it) and then wait, with no
+        # timeout, for all pipes to close, which the survivors hold: the caller waited for ever. Let the spawn
+        # finish, kill all it started, then raise.
+        spawn.add_done_callback(lambda done: _kill_spawned(done, uid))
+        await asyncio.wait({spawn})
+        raise
     out, err = bytearray(), bytearray()
     flood = asyncio.Event()
     assert proc.stdout is not None and proc.stderr is not None and proc.stdin is not None
@@ -247,6 +260,14 @@ async def run_fenced(
         except (TimeoutError, ProcessLookupError):
             pass
     return Outcome(out, err, proc.returncode, timed_out, output_exceeded, exited)
+
+
+def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process], uid: int | None) -> None:
+    """Kill what a spawn whose caller was cancelled started (when it started anything)."""
+    if not spawn.cancelled() and spawn.exception() is None:
+        pid = spawn.result().pid
+        kill_group(pid, uid)
+        kill_leftovers(pid, uid)
 
 
 async def _pump(stream: asyncio.StreamReader, buf: bytearray, cap: int, flood: asyncio.Event) -> None:

@@ -9,6 +9,7 @@ below a directory other users cannot read.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import signal
@@ -16,6 +17,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -29,6 +31,7 @@ from sandboxes.base import KILLED, MEMORY, NONZERO_EXIT, OUTPUT_LIMIT, TIMEOUT, 
 from sandboxes.errors import SEGFAULT, classify, exception_name
 from sandboxes.isolation import UNISOLATED_ENV, IsolationUnavailable, find_bwrap
 from sandboxes.local import LocalConfig, LocalSandbox, _pids_of_uid
+from sandboxes.local_procs import run_fenced
 
 IS_ROOT = os.geteuid() == 0
 
@@ -413,69 +416,87 @@ async def test_root_drops_to_the_sandbox_uid_without_setpriv(monkeypatch: pytest
         await sandbox.close()
 
 
-_CANCEL_SCRIPT = """
-import asyncio, os, sys
-from sandboxes.local import LocalSandbox
-
-token = sys.argv[1]
-code = (
-    "import subprocess, sys, time\\n"
-    f"subprocess.Popen([sys.executable, '-c', 'import time  # {token}\\\\ntime.sleep(1000)'])\\n"
-    "time.sleep(1000)"
-)
-
-def procs():
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if token.encode() in f.read() and int(pid) != os.getpid():
-                    found.append(int(pid))
-        except OSError:
-            pass
-    return found
-
-async def main():
-    sandbox = LocalSandbox()
-    try:
-        call = asyncio.ensure_future(sandbox.run_python(code, timeout=60))
-        for _ in range(200):  # wait until the program runs
-            if procs():
-                break
-            await asyncio.sleep(0.05)
-        assert procs(), "the program did not start"
-        call.cancel()  # as a sample's time limit does
-        try:
-            await call
-        except asyncio.CancelledError:
-            pass
-        else:
-            raise AssertionError("the cancelled call returned instead of raising CancelledError")
-        print("LEFT", procs())
-        after = await sandbox.run_python("print(6 * 7)", timeout=20)
-        print("AFTER", after.ok, after.stdout.strip())
-    finally:
-        await sandbox.close()
-
-asyncio.run(main())
-"""
+async def _left_running(token: str) -> list[int]:
+    """The processes marked ``token`` still alive once the SIGKILLs sent have had a moment to land."""
+    for _ in range(40):
+        if not _procs_with(token):
+            break
+        await asyncio.sleep(0.05)
+    return _procs_with(token)
 
 
-def test_a_cancelled_call_leaves_nothing_running() -> None:
+def _sleeper_with_a_child(token: str) -> str:
+    """A program that starts a child holding its stdout and stderr, then sleeps; ``token`` marks both."""
+    return (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time  # {token}\\ntime.sleep(1000)'])\n"
+        "time.sleep(1000)"
+    )
+
+
+async def test_a_cancelled_call_leaves_nothing_running(local_sandbox: LocalSandbox) -> None:
     """A sample's time limit cancels its call: the program and its children must die, the sandbox stay usable.
 
-    Run in a fresh interpreter: in the full suite's process (after many evals and event loops) the
-    in-process version of this test once hung in its event loop; see the issue note.
+    This test once hung in the full suite's process (it then ran in a child interpreter): there the fork of the
+    large pytest process was slow enough for the cancel to land while asyncio still connected the pipes, a case
+    :func:`test_a_call_cancelled_while_it_starts_leaves_nothing_running` pins down.
     """
     token = f"cleaner_cancel_{uuid.uuid4().hex}"
-    out = subprocess.run([sys.executable, "-c", _CANCEL_SCRIPT, token], capture_output=True, text=True, timeout=120)
-    leftovers = _procs_with(token)
+    call = asyncio.ensure_future(local_sandbox.run_python(_sleeper_with_a_child(token), timeout=60))
+    for _ in range(200):  # wait until the program runs
+        if _procs_with(token):
+            break
+        await asyncio.sleep(0.05)
+    assert _procs_with(token), "the program did not start"
+    call.cancel()  # as a sample's time limit does
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    leftovers = await _left_running(token)
     for pid in leftovers:
         os.kill(pid, signal.SIGKILL)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "LEFT []" in out.stdout, f"a cancelled call left its processes running: {out.stdout}"
-    assert "AFTER True 42" in out.stdout, out.stdout
-    assert leftovers == []
+    assert leftovers == [], "a cancelled call left its processes running"
+    await assert_healthy(local_sandbox)
+
+
+async def test_a_call_cancelled_while_it_starts_leaves_nothing_running() -> None:
+    """A cancel that lands while asyncio still connects the new process's pipes must neither hang nor leak.
+
+    The child is slow to exec (as the fork of a process holding gigabytes is), so the cancel arrives inside
+    ``asyncio.create_subprocess_exec``. Cancelled there, asyncio (3.11) kills the child alone and then waits,
+    with no timeout, for every pipe to close; a grandchild holding stdout kept the caller waiting for ever (main
+    thread idle in epoll). Here the grandchild is started before the exec and the child runs unisolated (as with
+    ``isolation="none"``); under bwrap it is the same: killing bwrap's outer process that early leaves the
+    sandboxed program running.
+    """
+    token = f"cleaner_cancel_{uuid.uuid4().hex}"
+
+    def slow_start_with_a_child() -> None:  # runs in the child, between fork and exec: stdout is the pipe
+        os.posix_spawn(sys.executable, [sys.executable, "-c", f"import time  # {token}\ntime.sleep(1000)"], {})
+        time.sleep(0.3)
+
+    call = asyncio.ensure_future(
+        run_fenced(
+            [sys.executable, "-c", "import time\ntime.sleep(1000)"],
+            b"",
+            60,
+            cwd=Path(tempfile.gettempdir()),
+            env={},
+            preexec=slow_start_with_a_child,
+            cap=10_000,
+            uid=None,
+            user_kwargs={},
+        )
+    )
+    try:
+        await asyncio.sleep(0.05)  # due while the spawn blocks: the cancel lands as asyncio connects the pipes
+        assert _procs_with(token), "the grandchild did not start"
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(call), timeout=10)  # the old code: TimeoutError here
+        assert await _left_running(token) == [], "a call cancelled while it started left its processes running"
+    finally:
+        for pid in _procs_with(token):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_bad_config_is_a_clear_error() -> None:
