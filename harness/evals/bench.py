@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,14 @@ async def run_offline(engine: Any, tokenizer: Any, concurrency: int, args: argpa
     )
 
 
+async def run_offline_all(
+    engine: Any, tokenizer: Any, args: argparse.Namespace, report: Callable[[Figures], None]
+) -> None:
+    """Every concurrency in one event loop (the engine's output task lives on the loop of its first request)."""
+    for c in args.concurrency:
+        report(await run_offline(engine, tokenizer, c, args))
+
+
 def bench(args: argparse.Namespace) -> list[Figures]:
     from harness.engines.serve import Server, model_spec, served_dir
 
@@ -182,12 +191,8 @@ def bench(args: argparse.Namespace) -> list[Figures]:
             offline = OfflineEngine(model_dir)
             print(f"# {engine}: engine built in {time.monotonic() - started:.1f} s", flush=True)
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
-            async def every_concurrency() -> None:  # one event loop: the engine's output task lives on the first
-                for c in args.concurrency:
-                    report(engine, await run_offline(offline, tokenizer, c, args))
-
             try:
-                asyncio.run(every_concurrency())
+                asyncio.run(run_offline_all(offline, tokenizer, args, functools.partial(report, engine)))
             finally:
                 offline.shutdown()
     return results
