@@ -447,11 +447,12 @@ class FitResult:
     train_cpu_s: float
 
 
-def batch_step(model: Any, batch: Sequence[Example], pad_id: int, micro_batch: int) -> float:
+def batch_step(model: Any, batch: Sequence[Example], pad_id: int, micro_batch: int, *, bf16: bool = True) -> float:
     """Backpropagate the mean token loss of ``batch`` (run ``micro_batch`` rows at a time); return it.
 
     Each micro-batch's summed token loss is divided by the trained tokens of the whole batch, so the
-    accumulated gradient is the whole batch's, however it is cut.
+    accumulated gradient is the whole batch's, however it is cut (exactly so in float32, ``bf16=False``;
+    under bfloat16 autocast up to its rounding, which depends on the padded width).
     """
     import torch
 
@@ -460,7 +461,8 @@ def batch_step(model: Any, batch: Sequence[Example], pad_id: int, micro_batch: i
         raise DemonstrationError("a batch without a trained token")
     loss = 0.0
     for start in range(0, len(batch), micro_batch):
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 matmuls (avx512_bf16/AMX), fp32 weights
+        # bf16 matmuls (avx512_bf16/AMX), fp32 weights
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             part = _batch_loss(model, batch[start : start + micro_batch], pad_id) / total
         part.backward()
         loss += float(part.detach())
