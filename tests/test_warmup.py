@@ -14,6 +14,7 @@ from trainers.warmup.build import (
     build_demonstrations,
     epoch_batches,
     error_summary,
+    trained_tokens,
 )
 
 
@@ -48,7 +49,7 @@ def test_shared_prefix_loss_equals_the_plain_loss_and_its_gradients():
         labels = [-100] * (len(prefix) + 2) + ids[len(prefix) + 2 :]
         batch.append(Example(ids, labels))
 
-    loss = _batch_loss(model, batch, pad_id=0)
+    loss = _batch_loss(model, batch, pad_id=0) / sum(trained_tokens(ex) for ex in batch)  # summed token losses
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()

@@ -9,6 +9,9 @@
 * ``plot <metrics.jsonl>``: redraw a run's plot;
 * ``warmup [--steps N ...]``: the cold-start tool-use SFT that builds ``embedded/smollm2-tools``
   (:mod:`trainers.warmup.build`);
+* ``warmup-iterate [--rounds N ...]``: expert-iteration rounds from the warm model, each round's adapter
+  in ``results/warmup/expert-iteration/round-<k>/`` (:mod:`trainers.warmup.iterate`);
+* ``warmup-measure [--models A B ...]``: the warm model(s) on held-out problems (:mod:`trainers.warmup.measure`);
 * ``ablation [--seeds 0 1 --steps N --run NAME]``: the CPU trainer with SAAR on and off from
   the same warm start, with a report and plots (:mod:`trainers.cpu.ablation`).
 """
@@ -69,12 +72,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=None)
     p = sub.add_parser("plot", help="draw metrics.jsonl as a PNG next to it")
     p.add_argument("metrics")
-    p = sub.add_parser("warmup", help="cold-start tool-use SFT of the embedded model (builds embedded/smollm2-tools)")
+    p = sub.add_parser(
+        "warmup",
+        help="cold-start tool-use SFT of the embedded model (builds embedded/smollm2-tools)",
+        epilog="Expert-iteration rounds from the warm model: python -m trainers warmup-iterate --rounds N "
+        "(adapters in results/warmup/expert-iteration/round-<k>/, the committed adapter is read, never written; "
+        "see docs/models.md). Measure them: python -m trainers warmup-measure --models <dirs> --engine vllm --saar.",
+    )
     from trainers.warmup.build import add_arguments
 
     add_arguments(p)
     p = sub.add_parser(
         "warmup-measure", add_help=False, help="the warm model on held-out problems and fixtures (see --help)"
+    )
+    p = sub.add_parser(
+        "warmup-iterate",
+        add_help=False,
+        help="expert-iteration rounds from the warm model on vLLM, adapters in results/warmup/expert-iteration "
+        "(see --help)",
     )
     p = sub.add_parser("ablation", help="train with SAAR on and off from the same warm start; write a report")
     from trainers.cpu import ablation
@@ -85,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         from trainers.warmup.measure import main as measure_main
 
         return measure_main(argv[1:])
+    if argv[:1] == ["warmup-iterate"]:  # its own parser (and --help)
+        from trainers.warmup.iterate import main as iterate_main
+
+        _exit_on_sigterm()  # closes the vLLM engine and the sandboxes
+        return iterate_main(argv[1:])
     args = parser.parse_args(argv)
 
     try:

@@ -168,3 +168,45 @@ def first_attempts(traj: Finished) -> tuple[int, int]:
     """
     regenerated = [e for e in traj.events if e.action in ("shallow", "deep")]
     return traj.tool_calls - len(regenerated), traj.tool_failures - sum(1 for e in regenerated if not e.ok)
+
+
+#: SAAR actions that are a regeneration of a failed turn (a generation with the error in view).
+REGENERATION_ACTIONS = ("shallow", "deep", "no_call", "length")
+#: SAAR actions whose regenerated call was installed in place of the failed one and run.
+INSTALLED_ACTIONS = ("shallow", "deep")
+
+
+def _field(event: SaarEvent | Mapping[str, Any], name: str) -> Any:
+    return event.get(name) if isinstance(event, Mapping) else getattr(event, name)
+
+
+def is_repeat(event: SaarEvent | Mapping[str, Any]) -> bool:
+    """Whether a regeneration's installed call was the failed call verbatim (similarity 1.0: it fails again)."""
+    return _field(event, "action") in INSTALLED_ACTIONS and _field(event, "similarity") == 1.0
+
+
+@dataclass(frozen=True)
+class Regenerations:
+    """What SAAR's regenerations did, over a group of events (a log's dicts or :class:`SaarEvent` objects).
+
+    ``regenerations``: every regeneration of a failed turn (shallow, deep, no call, length);
+    ``ran``: those whose installed call ran (SAAR purified the failure); ``repeated``: those whose
+    installed call was the failed call verbatim. The shares are of ``regenerations``.
+    """
+
+    regenerations: int = 0
+    ran: int = 0
+    repeated: int = 0
+
+    @classmethod
+    def of(cls, events: Sequence[SaarEvent | Mapping[str, Any]]) -> Regenerations:
+        regens = [e for e in events if _field(e, "action") in REGENERATION_ACTIONS]
+        return cls(len(regens), sum(1 for e in regens if _field(e, "ok")), sum(1 for e in regens if is_repeat(e)))
+
+    @property
+    def ran_share(self) -> float:
+        return rate(self.ran, self.regenerations)
+
+    @property
+    def repeated_share(self) -> float:
+        return rate(self.repeated, self.regenerations)

@@ -10,7 +10,10 @@ importing it. A model is named by a *spec*:
   LoRA adapter that ``python -m trainers warmup`` builds (committed in
   ``harness/data/models/smollm2-tools/``), merged into the base weights at load time;
 * a path to a local ``.gguf`` file (loaded with transformers' ``gguf_file=``);
-* a path to a local Hugging Face model directory (``config.json`` and weights).
+* a path to a local Hugging Face model directory (``config.json`` and weights);
+* a path to a LoRA adapter directory of the embedded model (``adapter_config.json`` and
+  ``adapter_model.safetensors``, as ``python -m trainers warmup`` and ``warmup-iterate`` write
+  them): an adapter directory works as a model spec, merged like ``smollm2-tools``.
 
 Nothing here touches the network: every load is ``local_files_only`` and GGUF files are
 dequantized at load time (so no matmul kernel is fetched from the hub, and the result
@@ -109,6 +112,8 @@ def resolve_spec(spec: str | None) -> tuple[str, Path]:
             )
         return "gguf", path.resolve()
     if path.is_dir():
+        if is_adapter_dir(path):
+            return "adapter", path.resolve()
         if not (path / "config.json").is_file():
             ggufs = sorted(path.glob("*.gguf"))
             if len(ggufs) == 1:
@@ -122,6 +127,11 @@ def resolve_spec(spec: str | None) -> tuple[str, Path]:
         f"model {spec!r} is neither {EMBEDDED_NAME!r} nor an existing local .gguf file or HF model directory "
         "(models are never downloaded at run time: fetch one on a machine with network and pass its path)"
     )
+
+
+def is_adapter_dir(path: Path) -> bool:
+    """Whether ``path`` holds a LoRA adapter of the embedded model (what ``python -m trainers warmup`` writes)."""
+    return (path / "adapter_config.json").is_file() and (path / "adapter_model.safetensors").is_file()
 
 
 def load_model(

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.core.metrics import aggregate
+from harness.core.metrics import aggregate, is_repeat
 from harness.reports.compare import ArmRun
 
 #: Plot files written next to report.md.
@@ -163,7 +163,7 @@ def events_by_error_kind(arm: ArmRun) -> dict[str, Counter[str]]:
             table[kind][str(e.get("action"))] += 1
             if e.get("ok"):
                 table[kind]["purified"] += 1
-            if e.get("action") in ("shallow", "deep") and e.get("similarity") == 1.0:
+            if is_repeat(e):
                 table[kind]["repeated"] += 1
     return dict(table)
 

@@ -36,10 +36,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.core import prompts
 from harness.core.messages import Message
+
+if TYPE_CHECKING:
+    from harness.benchmarks.generators import GeneratedProblem
 from harness.core.problems import KINDS, Kind
 
 HUB_ID = "Gen-Verse/Open-AgentRL-30K"
@@ -289,13 +292,14 @@ def generated_items(n: int = RL_SIZE, seed: int = RL_SEED, prefix: str = "rl") -
     """
     from harness.benchmarks.generators import generate  # noqa: PLC0415
 
-    items = []
-    for p in generate(n, seed=seed, prefix=prefix):
-        if p.is_code:
-            items.append(TrainItem(p.id, p.prompt(), "", "code", [dict(t) for t in p.tests], source=f"gen-{p.kind}"))
-        else:
-            items.append(TrainItem(p.id, p.prompt(), p.answer, "math", source=f"gen-{p.kind}"))
-    return items
+    return [item_from_problem(p) for p in generate(n, seed=seed, prefix=prefix)]
+
+
+def item_from_problem(p: GeneratedProblem) -> TrainItem:
+    """A generated problem as a training item: math keeps its answer (strict boxed reward), stdin its tests."""
+    if p.is_code:
+        return TrainItem(p.id, p.prompt(), "", "code", [dict(t) for t in p.tests], source=f"gen-{p.kind}")
+    return TrainItem(p.id, p.prompt(), p.answer, "math", source=f"gen-{p.kind}")
 
 
 def write_generated(path: str | Path = RL_PATH, n: int = RL_SIZE, seed: int = RL_SEED) -> Path:

@@ -16,13 +16,16 @@ builds the project's tool-using embedded model, ``embedded/smollm2-tools``:
    embedded provider renders at evaluation) and cut into tokens by
    :func:`trainers.core.tokens.assemble`. The loss covers the assistant turns, except a turn
    whose call failed: the model learns the fix, not the bug.
-3. **Training.** LoRA (r 16, every linear layer) on the float32 model with bfloat16
-   autocast, AdamW, seeded data order, one torch thread (on cores shared with other jobs, two
-   threads ran 4-7 times slower). The rendered system prompt is the same in every example,
-   so its keys and values are computed once per batch (with gradients) and shared by the
-   batch's rows.
-4. **Artifact.** The adapter in bfloat16 (about 10 MB) and ``warmup.json`` (the command,
-   settings, data and loss figures) in ``harness/data/models/smollm2-tools/``, which
+3. **Training** (:func:`fit`, shared with the expert-iteration rounds of
+   :mod:`trainers.warmup.iterate`). LoRA (r 16, every linear layer) on the float32 model with
+   bfloat16 autocast, AdamW, seeded data order, one torch thread (on cores shared with other
+   jobs, two threads ran 4-7 times slower). The rendered system prompt is the same in every
+   example, so its keys and values are computed once per micro-batch (with gradients) and
+   shared by its rows. A batch runs as micro-batches of ``micro_batch`` rows whose summed token
+   losses are divided by the batch's trained tokens: the gradient of the whole batch's mean
+   token loss, in less memory.
+4. **Artifact** (:func:`write_adapter`). The adapter in bfloat16 (about 10 MB) and ``warmup.json``
+   (the command, settings, data and loss figures) in ``harness/data/models/smollm2-tools/``, which
    :func:`harness.engines.models.load_model` merges into the embedded base model.
 
 Rebuild the committed artifact with ``python -m trainers warmup`` (the defaults).
@@ -69,6 +72,7 @@ class WarmupConfig:
     fail_share: float = 0.15  #: share of demonstrations that fail first, then fix the call
     steps: int = 60
     batch_size: int = 8
+    micro_batch: int = 8  #: rows per forward pass; a batch's gradient is the token-weighted sum of its micro-batches
     learning_rate: float = 1e-3
     warmup_steps: int = 5
     lora_r: int = 16
@@ -77,7 +81,7 @@ class WarmupConfig:
     out: str = str(TOOLS_ADAPTER_DIR)
 
     def __post_init__(self) -> None:
-        for name in ("problems", "steps", "batch_size", "lora_r", "threads"):
+        for name in ("problems", "steps", "batch_size", "micro_batch", "lora_r", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"warmup: --{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.fail_share <= 1.0:
@@ -347,14 +351,30 @@ def _cache_keyword(decoder: Any) -> str:
     return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
 
 
+def trained_tokens(example: Example) -> int:
+    """Tokens of ``example`` that carry a loss (a label predicts the token at its position from the one before)."""
+    return sum(1 for lbl in example.labels[1:] if lbl != -100)
+
+
+def _shared_prefix(batch: Sequence[Example]) -> int:
+    """Tokens run once for the whole batch: the rows' common prefix, ending before any row's first label
+    (so a lone row, whose whole sequence is its "common prefix", keeps every trained token in its suffix)."""
+    common = _common_prefix([ex.ids for ex in batch]) - 1  # keep >= 1 token in every suffix
+    first_label = min((i for ex in batch for i, lbl in enumerate(ex.labels) if lbl != -100), default=len(batch[0].ids))
+    prefix = min(common, first_label - 1)
+    if prefix < 1:
+        raise DemonstrationError(f"a batch's rows share no prompt before their first trained token ({prefix})")
+    return prefix
+
+
 def _batch_loss(model: Any, batch: Sequence[Example], pad_id: int) -> Any:
-    """Mean token loss of a batch; the rows' shared prefix is run once and its keys/values repeated."""
+    """Summed token loss of a batch; the rows' shared prefix is run once and its keys/values repeated."""
     import torch
     import torch.nn.functional as F
 
     inner = model.get_base_model().model  # the decoder stack (LoRA layers included)
     head = model.get_base_model().lm_head
-    prefix = _common_prefix([ex.ids for ex in batch]) - 1  # keep >= 1 token in every suffix
+    prefix = _shared_prefix(batch)
     # no label inside the prefix: a prompt is never trained on
     if any(lbl != -100 for ex in batch for lbl in ex.labels[: prefix + 1]):
         raise DemonstrationError("a label falls inside the shared prompt prefix")
@@ -377,7 +397,7 @@ def _batch_loss(model: Any, batch: Sequence[Example], pad_id: int) -> Any:
     target = labels[:, 1:]
     keep = target != -100
     logits = head(hidden[:, :-1][keep])
-    return F.cross_entropy(logits.float(), target[keep])
+    return F.cross_entropy(logits.float(), target[keep], reduction="sum")
 
 
 def epoch_batches(groups: Sequence[object], lengths: Sequence[int], size: int, rng: random.Random) -> list[list[int]]:
@@ -400,7 +420,7 @@ def epoch_batches(groups: Sequence[object], lengths: Sequence[int], size: int, r
     return batches
 
 
-def _lr_at(step: int, cfg: WarmupConfig) -> float:
+def _lr_at(step: int, cfg: WarmupConfig | FitSettings) -> float:
     """Linear warm-up, then linear decay to a tenth of the peak."""
     if step < cfg.warmup_steps:
         return cfg.learning_rate * (step + 1) / cfg.warmup_steps
@@ -408,11 +428,92 @@ def _lr_at(step: int, cfg: WarmupConfig) -> float:
     return cfg.learning_rate * (1.0 - 0.9 * frac)
 
 
+@dataclass(frozen=True)
+class FitSettings:
+    """How :func:`fit` trains: steps of ``batch_size`` rows, run ``micro_batch`` rows at a time."""
+
+    steps: int
+    batch_size: int
+    micro_batch: int
+    learning_rate: float
+    warmup_steps: int
+    seed: int  #: the data order's seed
+
+
+@dataclass(frozen=True)
+class FitResult:
+    losses: list[float]  #: mean token loss of each step's batch
+    train_s: float
+    train_cpu_s: float
+
+
+def batch_step(model: Any, batch: Sequence[Example], pad_id: int, micro_batch: int, *, bf16: bool = True) -> float:
+    """Backpropagate the mean token loss of ``batch`` (run ``micro_batch`` rows at a time); return it.
+
+    Each micro-batch's summed token loss is divided by the trained tokens of the whole batch, so the
+    accumulated gradient is the whole batch's, however it is cut (exactly so in float32, ``bf16=False``;
+    under bfloat16 autocast up to its rounding, which depends on the padded width).
+    """
+    import torch
+
+    total = sum(trained_tokens(ex) for ex in batch)
+    if total == 0:
+        raise DemonstrationError("a batch without a trained token")
+    loss = 0.0
+    for start in range(0, len(batch), micro_batch):
+        # bf16 matmuls (avx512_bf16/AMX), fp32 weights
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            part = _batch_loss(model, batch[start : start + micro_batch], pad_id) / total
+        part.backward()
+        loss += float(part.detach())
+    return loss
+
+
+def fit(
+    model: Any,
+    examples: Sequence[Example],
+    groups: Sequence[object],
+    settings: FitSettings,
+    pad_id: int,
+    *,
+    progress: bool = True,
+    desc: str = "warmup SFT",
+) -> FitResult:
+    """Train ``model``'s trainable (LoRA) weights on ``examples`` with AdamW (see the module docstring).
+
+    ``groups`` (one per example: math or code prompt) keep a batch's rows on one prompt template.
+    """
+    import torch
+    from tqdm import tqdm
+
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=0.0)
+    order_rng = random.Random(settings.seed)
+    lengths = [len(e.ids) for e in examples]
+    batches: list[list[int]] = []
+    losses: list[float] = []
+    bar = tqdm(range(settings.steps), desc=desc, disable=not progress, file=sys.stdout)
+    train_started, cpu_started = time.monotonic(), time.process_time()
+    for step in bar:
+        if not batches:
+            batches = epoch_batches(groups, lengths, settings.batch_size, order_rng)
+        batch = [examples[i] for i in batches.pop()]
+        for group in optim.param_groups:
+            group["lr"] = _lr_at(step, settings)
+        optim.zero_grad()
+        losses.append(batch_step(model, batch, pad_id, settings.micro_batch))
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optim.step()
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    model.eval()
+    return FitResult(losses, time.monotonic() - train_started, time.process_time() - cpu_started)
+
+
 def train(cfg: WarmupConfig, *, progress: bool = True) -> Path:
     """Generate, tokenize, fine-tune and write the adapter; return the artifact directory."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from tqdm import tqdm
 
     from harness.engines.models import load_model
 
@@ -434,31 +535,14 @@ def train(cfg: WarmupConfig, *, progress: bool = True) -> Path:
     )
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear")
     model = get_peft_model(model, lora)
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optim = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
-    order_rng = random.Random(cfg.seed)
-    batches: list[list[int]] = []
-    losses: list[float] = []
-    bar = tqdm(range(cfg.steps), desc="warmup SFT", disable=not progress, file=sys.stdout)
-    train_started, cpu_started = time.monotonic(), time.process_time()
-    for step in bar:
-        if not batches:
-            batches = epoch_batches([d.problem.is_code for d in demos], lengths, cfg.batch_size, order_rng)
-        batch = [examples[i] for i in batches.pop()]
-        for group in optim.param_groups:
-            group["lr"] = _lr_at(step, cfg)
-        with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16 matmuls (avx512_bf16/AMX), fp32 weights
-            loss = _batch_loss(model, batch, tokenizer.pad_token_id)
-        optim.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optim.step()
-        losses.append(float(loss.detach()))
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
-    train_s, train_cpu_s = time.monotonic() - train_started, time.process_time() - cpu_started
-    out = save_adapter(model, cfg, demos, losses, data_s=data_s, train_s=train_s, train_cpu_s=train_cpu_s)
-    print(f"warmup: adapter written to {out} (training {train_s:.0f} s, total {time.monotonic() - started:.0f} s)")
+    settings = FitSettings(cfg.steps, cfg.batch_size, cfg.micro_batch, cfg.learning_rate, cfg.warmup_steps, cfg.seed)
+    groups = [d.problem.is_code for d in demos]
+    result = fit(model, examples, groups, settings, tokenizer.pad_token_id, progress=progress)
+    out = save_adapter(
+        model, cfg, demos, result.losses, data_s=data_s, train_s=result.train_s, train_cpu_s=result.train_cpu_s
+    )
+    total_s = time.monotonic() - started
+    print(f"warmup: adapter written to {out} (training {result.train_s:.0f} s, total {total_s:.0f} s)")
     return out
 
 
@@ -473,17 +557,6 @@ def save_adapter(
     train_cpu_s: float,
 ) -> Path:
     """Write the LoRA weights in bfloat16 and ``warmup.json`` (what was built, how, and how to rebuild it)."""
-    import torch
-    from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
-
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in get_peft_model_state_dict(model).items()}
-    save_file(state, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
-    peft_config = model.peft_config["default"]
-    peft_config.base_model_name_or_path = "embedded/smollm2"
-    peft_config.save_pretrained(str(out))
     kinds = Counter(d.problem.kind for d in demos)
     data_digest = hashlib.sha256(
         json.dumps([[m.role, m.text] for d in demos for m in d.messages]).encode()
@@ -509,7 +582,25 @@ def save_adapter(
         "torch_versions": _versions(),
         "machine": platform.machine(),
     }
-    (out / "warmup.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return write_adapter(model, Path(cfg.out), "warmup.json", manifest)
+
+
+def write_adapter(model: Any, out: Path, manifest_name: str, manifest: dict[str, Any]) -> Path:
+    """Write ``model``'s LoRA weights in bfloat16, its adapter config and ``manifest`` as JSON into ``out``.
+
+    The directory is an adapter directory: it works as a model spec (:func:`harness.engines.models.resolve_spec`).
+    """
+    import torch
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in get_peft_model_state_dict(model).items()}
+    save_file(state, str(out / "adapter_model.safetensors"), metadata={"format": "pt"})
+    peft_config = model.peft_config["default"]
+    peft_config.base_model_name_or_path = "embedded/smollm2"
+    peft_config.save_pretrained(str(out))
+    (out / manifest_name).write_text(json.dumps(manifest, indent=2) + "\n")
     for written in out.iterdir():
         written.chmod(0o644)  # safetensors writes 0600; the artifact is committed and read by every user
     return out
@@ -541,6 +632,7 @@ def add_arguments(parser: Any) -> None:
         "fail_share": "share of demonstrations whose first call fails and is then fixed",
         "steps": "optimizer steps",
         "batch_size": "demonstrations per step",
+        "micro_batch": "rows per forward pass (the gradient stays the whole batch's; fewer rows, less memory)",
         "learning_rate": "peak learning rate (linear warm-up, then linear decay to a tenth)",
         "warmup_steps": "steps of learning-rate warm-up",
         "lora_r": "LoRA rank (every linear layer)",

@@ -1,64 +1,134 @@
 """How the warm model behaves on problems it was not trained on (``python -m trainers warmup-measure``).
 
-Runs the model through the benchmark tasks exactly as an evaluation does (Inspect, the
-embedded provider, the shared rollout core, the real sandbox), SAAR off so that every
-failure is the model's own and stays visible, on:
+Runs each model through the benchmark tasks exactly as an evaluation does (Inspect, the embedded
+provider or vLLM's server with Inspect's ``vllm/`` provider, the shared rollout core, the real sandbox),
+SAAR off by default so that every failure is the model's own and stays visible (``--saar``: SAAR on, to
+see what its regenerations do), on:
 
 * held-out generated problems: :mod:`harness.benchmarks.generators` with seeds the warm-up never
   used (math kinds through the ``aime24`` task, stdin programs through ``livecodebench``),
   written to ``<out>/data/`` in those tasks' schemas;
 * the project's fixtures of aime24, aime25, livecodebench and gpqa.
 
-and writes ``<out>/measure.md`` and ``measure.json``: per source, how often a sample calls
-the tool, how many calls fail and of which error kind, and accuracy.
+``--models A B C`` measures several models (the expert-iteration rounds' adapter directories, say) on the
+same problems and seeds, one after the other. It writes ``<out>/measure.md`` and ``measure.json``: one row
+per model (every source pooled), then per model and source: how often a sample calls the tool, how many
+calls fail and of which error kind, accuracy, and SAAR's regenerations, the share that ran and the share
+that repeated the failed call (:class:`harness.core.metrics.Regenerations`, the report's definitions).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import time
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
+from harness.core.metrics import Regenerations, rate
 from harness.reports.compare import ArmRun, read_arms, run_arms
 from trainers.warmup.build import HELD_OUT_SEED
+
+#: samples in flight on vLLM (the demo's measured best)
+VLLM_CONCURRENCY = 16
 
 
 @dataclass(frozen=True)
 class SourceFigures:
-    """What one source's samples did (SAAR off)."""
+    """What one source's samples did, as counts (the rates are properties)."""
 
     source: str
     samples: int
-    call_rate: float  #: share of samples with at least one executed or attempted call
-    calls_per_sample: float
-    failed_call_rate: float  #: failed / executed calls, pooled over the source
-    error_kinds: dict[str, int]
-    accuracy: float
-    wall_s: float
+    with_calls: int  #: samples with at least one executed or attempted call
+    tool_calls: int  #: executed calls, regenerations included
+    tool_failures: int
+    correct: float
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    regenerations: Regenerations = field(default_factory=Regenerations)
+    wall_s: float = 0.0
+
+    @property
+    def call_rate(self) -> float:
+        return rate(self.with_calls, self.samples)
+
+    @property
+    def calls_per_sample(self) -> float:
+        return rate(self.tool_calls, self.samples)
+
+    @property
+    def failed_call_rate(self) -> float:
+        """Failed / executed calls, pooled over the source."""
+        return rate(self.tool_failures, self.tool_calls)
+
+    @property
+    def accuracy(self) -> float:
+        return rate(self.correct, self.samples)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "regenerations": asdict(self.regenerations),
+            "call_rate": self.call_rate,
+            "calls_per_sample": self.calls_per_sample,
+            "failed_call_rate": self.failed_call_rate,
+            "accuracy": self.accuracy,
+            "regenerations_ran_share": self.regenerations.ran_share,
+            "regenerations_repeated_share": self.regenerations.repeated_share,
+        }
+
+
+def pooled(name: str, parts: Sequence[SourceFigures]) -> SourceFigures:
+    """Several sources' figures as one."""
+    kinds: Counter[str] = Counter()
+    for p in parts:
+        kinds.update(p.error_kinds)
+    regen = [p.regenerations for p in parts]
+    return SourceFigures(
+        name,
+        sum(p.samples for p in parts),
+        sum(p.with_calls for p in parts),
+        sum(p.tool_calls for p in parts),
+        sum(p.tool_failures for p in parts),
+        sum(p.correct for p in parts),
+        dict(kinds.most_common()),
+        Regenerations(sum(r.regenerations for r in regen), sum(r.ran for r in regen), sum(r.repeated for r in regen)),
+        sum(p.wall_s for p in parts),
+    )
+
+
+@dataclass(frozen=True)
+class ModelFigures:
+    """One model's figures on every source."""
+
+    model: str  #: its label in the tables (an adapter directory's name, or the spec)
+    sources: list[SourceFigures]
+
+    @property
+    def total(self) -> SourceFigures:
+        return pooled("all", self.sources)
 
 
 def figures(source: str, arm: ArmRun) -> SourceFigures:
     """The figures of one arm's samples."""
     recs = arm.samples
-    n = max(len(recs), 1)
-    calls = sum(r.tool_calls for r in recs)
     kinds: Counter[str] = Counter()
     for r in recs:
         kinds.update(r.error_kinds)
     return SourceFigures(
         source=source,
         samples=len(recs),
-        call_rate=sum(1 for r in recs if r.tool_calls > 0) / n,
-        calls_per_sample=calls / n,
-        failed_call_rate=sum(r.tool_failures for r in recs) / calls if calls else 0.0,
+        with_calls=sum(1 for r in recs if r.tool_calls > 0),
+        tool_calls=sum(r.tool_calls for r in recs),
+        tool_failures=sum(r.tool_failures for r in recs),
+        correct=float(sum(r.correct for r in recs)),
         error_kinds=dict(kinds.most_common()),
-        accuracy=sum(r.correct for r in recs) / n,
+        regenerations=Regenerations.of([e for r in recs for e in r.events]),
         wall_s=arm.wall_time or 0.0,
     )
 
@@ -79,6 +149,35 @@ def sources(out: Path, heldout_math: int, heldout_code: int, seed: int, fixtures
     return found
 
 
+def model_label(model: str) -> str:
+    """A model's name in the tables: an adapter directory's name (``round-2``), else the spec."""
+    path = Path(model.removeprefix("embedded/"))
+    return path.name if path.is_dir() else model
+
+
+@contextlib.contextmanager
+def inspect_model(model: str, engine: str, log_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The Inspect model name for ``model`` on ``engine`` and the run options, for the duration.
+
+    ``vllm``: the model behind vLLM's OpenAI server on loopback (as the demo serves it), reached through
+    Inspect's ``vllm/`` provider; ``embedded``: in process."""
+    if engine == "embedded":
+        yield (model if model.startswith("embedded/") else f"embedded/{model}"), {}
+        return
+    from harness.engines.serve import Server
+
+    before = os.environ.get("VLLM_BASE_URL")
+    with Server(model.removeprefix("embedded/"), log_path=log_dir / "vllm-server.log") as server:
+        os.environ["VLLM_BASE_URL"] = server.base_url
+        try:
+            yield f"vllm/{server.model}", {"max_samples": VLLM_CONCURRENCY, "max_connections": 2 * VLLM_CONCURRENCY}
+        finally:
+            if before is None:
+                os.environ.pop("VLLM_BASE_URL", None)
+            else:
+                os.environ["VLLM_BASE_URL"] = before
+
+
 def measure(
     model: str,
     out: Path,
@@ -92,47 +191,77 @@ def measure(
     max_tokens: int,
     top_p: float | None,
     display: str | None,
-) -> list[SourceFigures]:
-    """Run every source with SAAR off and return its figures (also written to ``out``)."""
+    engine: str = "embedded",
+    saar: bool = False,
+) -> ModelFigures:
+    """Run every source with SAAR off (``saar``: on) and return the model's figures."""
     results = []
-    for name, task, data in sources(out, heldout_math, heldout_code, seed, fixtures):
-        generate_args: dict[str, Any] = {"max_tokens": max_tokens}
-        if top_p is not None:
-            generate_args["top_p"] = top_p
-        dirs = run_arms(
-            [task],
-            model,
-            log_dir=out / "logs" / name.replace(" ", "-"),
-            epochs=epochs,
-            task_args={"data": data, "sandbox": "local", "max_turns": max_turns, "seed": seed},
-            generate=generate_args,
-            arms=["off"],
-            display=display,
-        )
-        arms, _ = read_arms(dirs)
-        results.append(figures(name, arms[0]))
-        print(render([results[-1]]).splitlines()[-1], flush=True)
-    return results
+    label = model_label(model)
+    log_root = out / "logs" / label
+    with inspect_model(model, engine, log_root) as (name, options):
+        for source, task, data in sources(out, heldout_math, heldout_code, seed, fixtures):
+            generate_args: dict[str, Any] = {"max_tokens": max_tokens}
+            if top_p is not None:
+                generate_args["top_p"] = top_p
+            if "max_connections" in options:
+                generate_args["max_connections"] = options["max_connections"]
+            dirs = run_arms(
+                [task],
+                name,
+                log_dir=log_root / source.replace(" ", "-"),
+                epochs=epochs,
+                task_args={"data": data, "sandbox": "local", "max_turns": max_turns, "seed": seed},
+                generate=generate_args,
+                arms=["on" if saar else "off"],
+                display=display,
+                max_samples=options.get("max_samples"),
+            )
+            arms, _ = read_arms(dirs)
+            results.append(figures(source, arms[0]))
+            print(f"{label}: " + render([results[-1]]).splitlines()[-1], flush=True)
+    return ModelFigures(label, results)
+
+
+_COLUMNS = (
+    "samples | calls the tool | calls/sample | failed calls | error kinds | accuracy "
+    "| regenerations | ran | repeated | wall s"
+)
+
+
+def _cells(r: SourceFigures) -> str:
+    kinds = ", ".join(f"{k} {v}" for k, v in r.error_kinds.items()) or "-"
+    g = r.regenerations
+    return (
+        f"{r.samples} | {r.call_rate:.0%} | {r.calls_per_sample:.2f} | {r.failed_call_rate:.0%} | {kinds} "
+        f"| {r.accuracy:.0%} | {g.regenerations} | {g.ran_share:.0%} | {g.repeated_share:.0%} | {r.wall_s:.0f}"
+    )
 
 
 def render(results: Sequence[SourceFigures]) -> str:
-    """A markdown table of the figures."""
-    lines = [
-        "| source | samples | calls the tool | calls/sample | failed calls | error kinds | accuracy | wall s |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in results:
-        kinds = ", ".join(f"{k} {v}" for k, v in r.error_kinds.items()) or "-"
-        lines.append(
-            f"| {r.source} | {r.samples} | {r.call_rate:.0%} | {r.calls_per_sample:.2f} | {r.failed_call_rate:.0%} "
-            f"| {kinds} | {r.accuracy:.0%} | {r.wall_s:.0f} |"
-        )
+    """A markdown table of one model's sources."""
+    lines = [f"| source | {_COLUMNS} |", "|---" * (_COLUMNS.count("|") + 2) + "|"]
+    lines += [f"| {r.source} | {_cells(r)} |" for r in results]
+    return "\n".join(lines)
+
+
+def render_models(models: Sequence[ModelFigures]) -> str:
+    """One row per model, every source pooled."""
+    lines = [f"| model | {_COLUMNS} |", "|---" * (_COLUMNS.count("|") + 2) + "|"]
+    lines += [f"| {m.model} | {_cells(m.total)} |" for m in models]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainers warmup-measure", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="embedded/smollm2-tools")
+    parser.add_argument(
+        "--models",
+        nargs="+",
+        default=["embedded/smollm2-tools"],
+        help="model specs, measured one after the other (an adapter directory works as a model spec)",
+    )
+    parser.add_argument("--model", dest="models", type=lambda m: [m], help="one model (the same as --models M)")
+    parser.add_argument("--engine", choices=["embedded", "vllm"], default="embedded", help="in process, or vLLM")
+    parser.add_argument("--saar", action="store_true", help="SAAR on (3 retries): its regenerations are counted")
     parser.add_argument("--out", default=None, help="output directory (default results/warmup/<time>)")
     parser.add_argument("--heldout-math", type=int, default=24, help="held-out generated math problems")
     parser.add_argument("--heldout-code", type=int, default=8, help="held-out generated stdin problems")
@@ -146,29 +275,51 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Path(args.out or f"results/warmup/{time.strftime('%Y%m%d-%H%M%S')}")
     started = time.monotonic()
-    results = measure(
-        args.model,
-        out,
-        heldout_math=args.heldout_math,
-        heldout_code=args.heldout_code,
-        seed=args.seed,
-        fixtures=not args.no_fixtures,
-        epochs=args.epochs,
-        max_turns=args.max_turns,
-        max_tokens=args.max_tokens,
-        top_p=args.top_p,
-        display=args.display,
-    )
-    table = render(results)
+    models: list[ModelFigures] = []
     settings = {k: v for k, v in vars(args).items() if k != "display"}
-    (out / "measure.md").write_text(
-        f"# {args.model}: held-out problems and fixtures, SAAR off\n\nsettings: `{json.dumps(settings)}`\n\n{table}\n"
-    )
-    (out / "measure.json").write_text(
-        json.dumps({"settings": settings, "sources": [asdict(r) for r in results]}, indent=2)
-    )
-    print(f"\n{table}\n\n{out / 'measure.md'}  ({time.monotonic() - started:.0f} s)")
+    for model in args.models:
+        model_started = time.monotonic()
+        models.append(
+            measure(
+                model,
+                out,
+                heldout_math=args.heldout_math,
+                heldout_code=args.heldout_code,
+                seed=args.seed,
+                fixtures=not args.no_fixtures,
+                epochs=args.epochs,
+                max_turns=args.max_turns,
+                max_tokens=args.max_tokens,
+                top_p=args.top_p,
+                display=args.display,
+                engine=args.engine,
+                saar=args.saar,
+            )
+        )
+        print(f"{models[-1].model}: measured in {time.monotonic() - model_started:.0f} s", flush=True)
+        write(out, models, settings)  # after every model: a stopped run keeps the rows it measured
+    print(f"\n{render_models(models)}\n\n{out / 'measure.md'}  ({time.monotonic() - started:.0f} s)")
     return 0
+
+
+def write(out: Path, models: Sequence[ModelFigures], settings: dict[str, Any]) -> None:
+    arm = "SAAR on" if settings.get("saar") else "SAAR off"
+    parts = [
+        f"# Held-out problems and fixtures, {arm}\n",
+        f"settings: `{json.dumps(settings)}`\n",
+        "One row per model, every source pooled (failed calls: failed / executed calls; ran and repeated: shares "
+        "of SAAR's regenerations, harness.core.metrics.Regenerations):\n",
+        render_models(models) + "\n",
+    ]
+    for m in models:
+        parts += [f"## {m.model}\n", render(m.sources) + "\n"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "measure.md").write_text("\n".join(parts))
+    data = {
+        "settings": settings,
+        "models": [{"model": m.model, "sources": [r.to_dict() for r in m.sources]} for m in models],
+    }
+    (out / "measure.json").write_text(json.dumps(data, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,294 @@
+"""Expert iteration for the warm model: what a round keeps, how it trains, and the held-out table's definitions.
+
+Fast tests run the real rollout core and the local sandbox with scripted "models" (no model loaded); the
+one slow test tokenizes a correction with the real tokenizer.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from harness.benchmarks.generators import GeneratedProblem, generate
+from harness.core import protocol
+from harness.core.messages import Generation, Message
+from harness.core.metrics import Regenerations, is_repeat
+from harness.core.problems import rollout_config
+from harness.core.rollout import rollout
+from harness.core.saar import SaarConfig, SaarEvent
+from trainers.warmup.build import Example, FitSettings, batch_step, fit
+from trainers.warmup.iterate import IterateConfig, fit_settings, problem_seed, round_problems, sample_round
+from trainers.warmup.selection import Recorder, Sampled, differs, select
+
+PROBLEM = GeneratedProblem("t-0-0000-modular", "modular", "What is 7 * 6?", "42", "print(7 * 6)")
+BROKEN = "print(undefined_name)"
+RIGHT = "print(7 * 6)"
+
+
+def call(code: str, reasoning: str = "I compute it.") -> str:
+    return f"{reasoning}\n{protocol.serialize_call(code)}"
+
+
+class Script:
+    """A scripted model: the next text of ``turns`` at every generation."""
+
+    def __init__(self, *turns: str) -> None:
+        self.turns = list(turns)
+
+    async def __call__(self, context: list[Message], *, seed: int | None = None) -> Generation:
+        text = self.turns.pop(0)
+        return Generation(text=text, output_tokens=len(text) // 4)
+
+
+@pytest.fixture
+async def box():
+    from sandboxes.backends import get_backend
+
+    backend = get_backend("local")
+    sandbox = await backend.acquire()
+    yield sandbox
+    await backend.release(sandbox)
+    await backend.shutdown()
+
+
+async def sampled(box, *turns: str, saar: bool, answer: str = "42", seed: int = 11) -> Sampled:
+    """One trajectory of ``turns`` through the rollout core and the sandbox, with the outcome the text implies."""
+    from trainers.core.data import item_from_problem
+    from trainers.core.reward import compute_reward
+
+    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=saar, max_retries=2))
+    recorder = Recorder(Script(*turns), config.accept_python_fence)
+    traj = await rollout([Message("user", PROBLEM.prompt())], recorder, box, config, seed=seed)
+    outcome = await compute_reward(item_from_problem(PROBLEM), traj.final_text, box)
+    return Sampled(PROBLEM, traj, outcome.correct, recorder.by_seed)
+
+
+# ------------------------------------------------------------------------------------------ selection
+
+
+async def test_the_filter_keeps_only_right_endings_and_masks_their_failed_turns(box):
+    recovered = await sampled(box, call(BROKEN), call(RIGHT), "So \\boxed{42}.", saar=False)
+    wrong = await sampled(box, call(RIGHT), "So \\boxed{41}.", saar=False)
+    loose = await sampled(box, call(RIGHT), "So 42.", saar=False)  # no box: the strict check refuses it
+    kept = select([recovered, wrong, loose])
+    rights = [s for s in kept if s.source.startswith("right")]
+    assert [s.demo.messages for s in rights] == [recovered.trajectory.messages]
+    assert rights[0].source == "right_recovered"
+    assert rights[0].demo.trained_turns == [1, 2]  # the failed first turn gets no loss
+    assert not [s for s in kept if s.source.startswith("correction")]  # a right ending's recovery is trained once
+
+
+async def test_a_saar_purified_trajectory_is_kept_whole_and_its_correction_on_its_own(box):
+    purified = await sampled(box, call(BROKEN), call(RIGHT, "Fixed."), "So \\boxed{42}.", saar=True)
+    assert [e.ok for e in purified.trajectory.events] == [True]
+    kept = select([purified])
+    assert [s.source for s in kept] == ["right_purified", "correction_saar"]
+    right, correction = kept
+    assert right.demo.trained_turns == [0, 1]  # the failure is cut out: every turn left is trained
+    context, turn = correction.demo.messages[:-1], correction.demo.messages[-1]
+    assert context[-1].role == "tool" and not context[-1].meta["ok"]  # the real error, last in view
+    assert context[-2].call is not None and context[-2].call.code == BROKEN  # after the failed call
+    assert turn.call is not None and turn.call.code == RIGHT and turn.content.strip() == "Fixed."
+    assert correction.demo.trained_turns == [1]  # the corrected turn only
+
+
+async def test_what_counts_as_a_correction(box):
+    # SAAR regenerates the failed call verbatim, then another program that ran, then the answer is wrong
+    repeat_then_fix = await sampled(box, call(BROKEN), call(BROKEN), call(RIGHT), "\\boxed{41}", saar=True)
+    events = repeat_then_fix.trajectory.events
+    assert [(e.ok, is_repeat(e)) for e in events] == [(False, True), (True, False)]
+    kept = select([repeat_then_fix])
+    assert [s.source for s in kept] == ["correction_saar"]  # the verbatim repeat is no correction
+    assert kept[0].demo.messages[-1].call.code == RIGHT
+    assert kept[0].demo.messages[-2].role == "tool" and not kept[0].demo.messages[-2].meta["ok"]
+    # without SAAR: a failed call, its error, a different call that ran, in a trajectory that ends wrong
+    next_turn = await sampled(box, call(BROKEN), call("print(41)"), "\\boxed{41}", saar=False)
+    kept = select([next_turn])
+    assert [s.source for s in kept] == ["correction_next_turn"]
+    assert kept[0].demo.trained_turns == [1] and len(kept[0].demo.messages) == 4  # user, failed, error, fix
+    # the same program again is not a correction; a failure that stays failed is not either
+    same = await sampled(box, call(BROKEN), call(BROKEN), "\\boxed{41}", saar=False)
+    still = await sampled(box, call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=False)
+    assert select([same, still]) == []
+    assert differs(None, RIGHT) and not differs(RIGHT + "\n", RIGHT) and not differs(RIGHT, None)
+
+
+@pytest.mark.slow
+async def test_a_corrections_loss_lies_on_the_corrected_turn_only(box):
+    """With the real tokenizer: the labels are exactly the corrected turn's tokens."""
+    from harness.engines.models import load_model
+    from trainers.warmup.build import tokenize
+
+    purified = await sampled(box, call(BROKEN), call(RIGHT, "Fixed."), "So \\boxed{42}.", saar=True)
+    correction = [s for s in select([purified]) if s.source == "correction_saar"][0]
+    _, tokenizer = load_model(None)
+    ex = tokenize(tokenizer, correction.demo)
+    trained = tokenizer.decode([i for i, lbl in zip(ex.ids, ex.labels, strict=True) if lbl != -100])
+    assert "Fixed." in trained and RIGHT.replace(" ", "") in trained.replace(" ", "")
+    assert BROKEN not in trained and "NameError" not in trained and "What is 7 * 6" not in trained
+    first = next(i for i, lbl in enumerate(ex.labels) if lbl != -100)
+    assert all(lbl != -100 for lbl in ex.labels[first:-1])  # one contiguous span, at the end
+
+
+# ------------------------------------------------------------------------------------------ a round
+
+
+class SeededModel:
+    """A scripted model whose turn depends on its seed only: the first call fails or not, then it answers."""
+
+    async def __call__(self, context: list[Message], *, seed: int | None = None) -> Generation:
+        rng = random.Random(seed)
+        if context[-1].role == "tool":
+            ok = context[-1].meta.get("ok")
+            text = f"\\boxed{{{context[-1].content.strip()}}}" if ok else call("print(1)")
+        else:
+            text = call(rng.choice(["print(1)", BROKEN, "print(2)"]))
+        return Generation(text=text, output_tokens=len(text) // 4)
+
+
+async def test_a_rounds_selection_and_fine_tuning_reproduce_from_their_seeds():
+    from sandboxes.backends import get_backend
+
+    cfg = IterateConfig(problems=3, samples=2, max_turns=3, concurrency=4)
+    assert round_problems(cfg, 1) == round_problems(cfg, 1) != round_problems(cfg, 2)
+    assert all(problem_seed(s, r) < 1000 for s in range(9) for r in range(1, 50))  # never a held-out seed
+
+    async def one_run() -> list[tuple[str, list[str], list[int]]]:
+        backend = get_backend("local")
+        try:
+            found = await sample_round(cfg, 1, SeededModel, backend, round_problems(cfg, 1))
+        finally:
+            await backend.shutdown()
+        return [(s.source, [m.text for m in s.demo.messages], s.demo.trained_turns) for s in select(found)]
+
+    first = await one_run()
+    assert first and first == await one_run()
+    assert fit_settings(cfg, 1) == fit_settings(cfg, 1) != fit_settings(cfg, 2)
+
+    examples = _examples(random.Random(3), 6)
+    model_a, model_b = _tiny_lora_model(), _tiny_lora_model()
+    settings = FitSettings(steps=3, batch_size=4, micro_batch=2, learning_rate=1e-2, warmup_steps=1, seed=5)
+    groups = [i % 2 == 0 for i in range(len(examples))]
+    a = fit(model_a, examples, groups, settings, 0, progress=False)
+    b = fit(model_b, examples, groups, settings, 0, progress=False)
+    assert a.losses == b.losses
+    for (name, pa), (_, pb) in zip(model_a.named_parameters(), model_b.named_parameters(), strict=True):
+        assert pa.equal(pb), name
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+def _tiny_lora_model():
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)
+    return model
+
+
+def _examples(rng: random.Random, n: int) -> list[Example]:
+    prompt = [rng.randrange(1, 64) for _ in range(7)]
+    out = []
+    for _ in range(n):
+        ids = prompt + [rng.randrange(1, 64) for _ in range(rng.randrange(3, 12))]
+        start = len(prompt) + rng.randrange(0, 2)
+        out.append(Example(ids, [-100] * start + ids[start:]))
+    return out
+
+
+@pytest.mark.parametrize("micro", [1, 2, 3])
+def test_micro_batches_give_the_whole_batchs_loss_and_gradient(micro):
+    """Token-weighted accumulation: cutting a batch into micro-batches (lone rows included) changes nothing."""
+    import torch
+
+    batch = _examples(random.Random(1), 5)
+    model = _tiny_lora_model()
+    whole = batch_step(model, batch, 0, micro_batch=len(batch), bf16=False)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    parts = batch_step(model, batch, 0, micro_batch=micro, bf16=False)
+    assert parts == pytest.approx(whole, rel=1e-5)
+    assert grads
+    for name, p in model.named_parameters():
+        if name in grads:
+            torch.testing.assert_close(p.grad, grads[name], rtol=1e-4, atol=1e-6)
+    model.zero_grad()
+    assert batch_step(model, batch, 0, micro_batch=micro) == pytest.approx(whole, rel=1e-3)  # bf16 rounding
+
+
+def test_a_lone_row_batch_trains():
+    batch = _examples(random.Random(2), 1)
+    assert batch_step(_tiny_lora_model(), batch, 0, micro_batch=8) > 0
+
+
+# ------------------------------------------------------------------------------------------ the table
+
+
+def test_regenerations_ran_and_repeated_have_one_definition():
+    events = [
+        SaarEvent(0, 1, "shallow", "NameError", similarity=1.0, ok=False),  # repeated
+        SaarEvent(0, 2, "deep", "NameError", similarity=0.2, ok=True),  # ran
+        SaarEvent(1, 1, "no_call", "SyntaxError"),  # a regeneration without a call
+        SaarEvent(1, 2, "exhausted", "SyntaxError"),  # no regeneration: the bookkeeping of the end
+        SaarEvent(2, 1, "cap", "TypeError"),
+    ]
+    counted = Regenerations.of(events)
+    assert (counted.regenerations, counted.ran, counted.repeated) == (3, 1, 1)
+    assert counted.ran_share == pytest.approx(1 / 3) and Regenerations().ran_share == 0.0
+    assert Regenerations.of([e.to_dict() for e in events]) == counted  # a log's dicts count the same
+
+
+def test_the_report_counts_repeats_by_the_same_rule():
+    from harness.reports.compare import ArmRun, SampleRecord
+    from harness.reports.report import events_by_error_kind
+
+    events = [
+        SaarEvent(0, 1, "shallow", "NameError", similarity=1.0).to_dict(),
+        SaarEvent(0, 2, "deep", "NameError", similarity=1.0, ok=False).to_dict(),
+        SaarEvent(0, 3, "shallow", "NameError", similarity=0.9, ok=True).to_dict(),
+    ]
+    record = SampleRecord("s", 1, 0.0, 3, 2, 0, 10, True, events=events)
+    arm = ArmRun("aime24", "on", "m", "success", "", 1, [record])
+    by_kind = events_by_error_kind(arm)["NameError"]
+    counted = Regenerations.of(events)
+    assert by_kind["repeated"] == counted.repeated == 2 and by_kind["purified"] == counted.ran == 1
+
+
+def test_the_measure_table_has_one_row_per_model_and_the_targets():
+    from trainers.warmup.measure import ModelFigures, SourceFigures, render_models
+
+    src = SourceFigures(
+        "held-out math", samples=4, with_calls=4, tool_calls=8, tool_failures=4, correct=1.0,
+        error_kinds={"NameError": 4}, regenerations=Regenerations(6, 2, 1), wall_s=10.0,
+    )  # fmt: skip
+    assert (src.calls_per_sample, src.failed_call_rate, src.accuracy) == (2.0, 0.5, 0.25)
+    table = render_models([ModelFigures("round-0", [src]), ModelFigures("round-1", [src, src])])
+    lines = table.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| round-0 |") and lines[3].startswith("| round-1 |")
+    assert "| 50% |" in lines[2] and "| 6 | 33% | 17% |" in lines[2]  # ran 2 of 6, repeated 1 of 6
+    assert "| 12 | 33% | 17% |" in lines[3]  # pooled over the model's sources
+
+
+def test_an_adapter_directory_works_as_a_model_spec(tmp_path):
+    from harness.engines.models import TOOLS_ADAPTER_DIR, resolve_spec
+
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (tmp_path / name).write_bytes((TOOLS_ADAPTER_DIR / name).read_bytes())
+    assert resolve_spec(str(tmp_path)) == ("adapter", tmp_path.resolve())
+    assert resolve_spec(str(TOOLS_ADAPTER_DIR)) == ("adapter", TOOLS_ADAPTER_DIR.resolve())
+
+
+def test_the_generators_training_seeds_are_the_rounds():
+    ids = {p.id for p in round_problems(IterateConfig(), 1)}
+    assert ids.isdisjoint({p.id for p in generate(24, seed=1000, prefix="heldout")})

@@ -1,0 +1,382 @@
+"""Expert iteration for the warm model (``python -m trainers warmup-iterate``), issue 17.
+
+The cold-start SFT (:mod:`trainers.warmup.build`) teaches the tool from scripted demonstrations; none
+came from the model itself. Each round here samples the current model's own trajectories and trains on
+what went right (rejection-sampling fine-tuning, as STaR and RFT do):
+
+1. **Sampling.** ``problems`` new generated problems (:mod:`harness.benchmarks.generators`, training
+   seeds below :data:`~trainers.warmup.build.HELD_OUT_SEED`, one generator seed per round) x ``samples``
+   trajectories on vLLM's offline engine (:class:`harness.engines.vllm_offline.OfflineEngine`) through the
+   shared rollout core and the local sandbox: temperature 1.0, top_p 1.0, SAAR on (3 retries), 3 turns
+   of at most 256 tokens. Every trajectory's seed derives from (run seed, round, problem, sample).
+2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
+   with failed turns masked, and the model's own corrections, trained on the corrected turn only.
+3. **Fine-tuning** with the SFT's own loop and loss mask (:func:`~trainers.warmup.build.fit`, ``steps``
+   steps of ``batch_size``, micro-batches of ``micro_batch``), continuing the start adapter's LoRA.
+4. **Sync.** The merged weights go into the engine (:func:`trainers.cpu.engine_sync.sync_weights`:
+   ``model_runner.reload_weights`` on CPU), so the next round samples the new policy.
+
+Each round ``k`` writes ``<out>/round-<k>/`` (the adapter in bfloat16, a model spec wherever an adapter
+directory is accepted, and ``round.json``) and appends its figures to ``<out>/iterate.json`` (the command,
+the settings, every round). The policy continues from the adapter as written (its LoRA rounded to
+bfloat16), so a run stopped between rounds resumes after the last finished round as if it had not stopped
+(rerun the same command). Round ``k``'s sampling figures describe round ``k-1``'s model on training
+problems; held-out figures come from ``python -m trainers warmup-measure --models ...``.
+
+The default start, ``smollm2-tools``, is read, never written: the rounds' adapters go to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from harness.benchmarks.generators import KINDS, GeneratedProblem, generate
+from harness.core import seeds
+from harness.core.messages import Message
+from harness.core.metrics import Regenerations, TrajectoryMetrics, aggregate
+from harness.core.problems import rollout_config
+from harness.core.rollout import Generate, rollout
+from harness.core.saar import SaarConfig
+from trainers.core.data import item_from_problem
+from trainers.core.reward import compute_reward
+from trainers.warmup.build import (
+    HELD_OUT_SEED,
+    TRAIN_WEIGHTS,
+    DemonstrationError,
+    FitSettings,
+    fit,
+    tokenize,
+    trained_tokens,
+    write_adapter,
+)
+from trainers.warmup.selection import Recorder, Sampled, Selected, counts, select
+
+DEFAULT_OUT = "results/warmup/expert-iteration"
+MANIFEST = "iterate.json"
+ROUND_MANIFEST = "round.json"
+
+
+@dataclass(frozen=True)
+class IterateConfig:
+    """Settings of ``python -m trainers warmup-iterate`` (the defaults: issue 17's design)."""
+
+    rounds: int = 3
+    start: str = "smollm2-tools"  #: the adapter round 1 starts from (read only)
+    out: str = DEFAULT_OUT
+    seed: int = 0
+    problems: int = 32  #: new generated problems per round
+    samples: int = 6  #: trajectories per problem
+    stdin_weight: float = TRAIN_WEIGHTS["stdin"]  #: kind weight of stdin programs (math kinds weigh 1)
+    max_turns: int = 3
+    max_tokens: int = 256  #: tokens per generation
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_retries: int = 3  #: SAAR regenerations per failed turn
+    steps: int = 8  #: optimizer steps per round
+    batch_size: int = 8
+    micro_batch: int = 4  #: rows per forward pass (a first run with whole batches of long rows was OOM-killed)
+    learning_rate: float = 5e-4
+    warmup_steps: int = 1
+    concurrency: int = 32  #: trajectories in flight (the engine's batch)
+    threads: int = 1  #: torch threads for fine-tuning
+
+    def __post_init__(self) -> None:
+        for name in ("rounds", "problems", "samples", "max_turns", "max_tokens", "steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"warmup-iterate: --{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.micro_batch < 1 or self.concurrency < 1 or self.threads < 1:
+            raise ValueError("warmup-iterate: --micro-batch, --concurrency and --threads must be >= 1")
+        if problem_seed(self.seed, self.rounds) >= HELD_OUT_SEED:
+            raise ValueError(f"warmup-iterate: seed {self.seed} with {self.rounds} rounds reaches held-out seeds")
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for a run to resume another (every setting but the number of rounds)."""
+        return {k: v for k, v in asdict(self).items() if k != "rounds"}
+
+
+def problem_seed(seed: int, round_: int) -> int:
+    """The generator seed of round ``round_``'s problems: training seeds only (the SFT used seed 0)."""
+    return 100 * (seed + 1) + round_
+
+
+def round_problems(cfg: IterateConfig, round_: int) -> list[GeneratedProblem]:
+    weights = [cfg.stdin_weight if k == "stdin" else 1.0 for k in KINDS]
+    return generate(cfg.problems, seed=problem_seed(cfg.seed, round_), weights=weights, prefix=f"iter{round_}")
+
+
+def trajectory_seed(cfg: IterateConfig, round_: int, problem: GeneratedProblem, sample: int) -> int:
+    """The seed of one trajectory: (run seed, round, problem, sample)."""
+    return seeds.trajectory_seed(cfg.seed, f"iterate-round{round_}-{problem.id}", sample)
+
+
+def rollout_settings(cfg: IterateConfig, problem: GeneratedProblem) -> Any:
+    saar = SaarConfig(enabled=True, max_retries=cfg.max_retries)
+    return rollout_config("code" if problem.is_code else "math", max_turns=cfg.max_turns, saar=saar)
+
+
+async def sample_round(
+    cfg: IterateConfig, round_: int, make_generate: Any, backend: Any, problems: Sequence[GeneratedProblem]
+) -> list[Sampled]:
+    """Every trajectory of a round (in problem, sample order), ``cfg.concurrency`` at a time.
+
+    ``make_generate()`` returns the rollout's ``Generate`` (the engine's, or a test's scripted model).
+    """
+    gate = asyncio.Semaphore(cfg.concurrency)
+
+    async def one(problem: GeneratedProblem, sample: int) -> Sampled:
+        async with gate:
+            config = rollout_settings(cfg, problem)
+            recorder = Recorder(make_generate(), config.accept_python_fence)
+            box = await backend.acquire()
+            try:
+                seed = trajectory_seed(cfg, round_, problem, sample)
+                traj = await rollout([Message("user", problem.prompt())], recorder, box, config, seed=seed)
+                outcome = await compute_reward(item_from_problem(problem), traj.final_text, box)
+            finally:
+                await backend.release(box)
+            return Sampled(problem, traj, outcome.correct, recorder.by_seed)
+
+    return list(await asyncio.gather(*(one(p, k) for p in problems for k in range(cfg.samples))))
+
+
+def sampling_figures(sampled: Sequence[Sampled]) -> dict[str, Any]:
+    """A round's sampling in the metrics' own names, plus the regenerations' figures."""
+    trajs = [s.trajectory for s in sampled]
+    agg = aggregate([TrajectoryMetrics.of(t) for t in trajs])
+    regen = Regenerations.of([e for t in trajs for e in t.events])
+    return {
+        "trajectories": len(sampled),
+        "accuracy": round(sum(s.correct for s in sampled) / max(1, len(sampled)), 4),
+        "tool_calls_mean": round(agg["tool_calls_mean"], 3),
+        "tool_failure_rate_pooled": round(agg["tool_failure_rate_pooled"], 4),
+        "errors": {k.removeprefix("errors."): int(v) for k, v in agg.items() if k.startswith("errors.")},
+        "regenerations": regen.regenerations,
+        "regenerations_ran": regen.ran,
+        "regenerations_repeated": regen.repeated,
+        "saar_exhausted": int(agg["saar_exhausted"]),
+    }
+
+
+def round_examples(tokenizer: Any, selected: Sequence[Selected]) -> tuple[list[Any], list[bool], int]:
+    """The selected demonstrations tokenized and masked as the SFT's, their prompt groups (code or math), and how
+    many could not be cut into turns (a turn the template renders otherwise than the rollout parsed it: dropped,
+    and counted in the round's figures)."""
+    from trainers.core.tokens import TemplateError
+
+    examples, groups, dropped = [], [], 0
+    for s in selected:
+        try:
+            examples.append(tokenize(tokenizer, s.demo))
+        except (DemonstrationError, TemplateError):
+            dropped += 1
+            continue
+        groups.append(s.demo.problem.is_code)
+    return examples, groups, dropped
+
+
+def fit_settings(cfg: IterateConfig, round_: int) -> FitSettings:
+    order_seed = seeds.derive("iterate-order", cfg.seed, round_)
+    return FitSettings(cfg.steps, cfg.batch_size, cfg.micro_batch, cfg.learning_rate, cfg.warmup_steps, order_seed)
+
+
+def round_bf16(policy: Any) -> None:
+    """Round the trainable (LoRA) weights to bfloat16 in place: the policy is then exactly the adapter written,
+    so a resumed run continues from the same weights as an uninterrupted one."""
+    import torch
+
+    with torch.no_grad():
+        for p in policy.parameters():
+            if p.requires_grad:
+                p.copy_(p.to(torch.bfloat16).to(p.dtype))
+
+
+def load_policy(adapter: str) -> tuple[Any, Any]:
+    """The embedded base in float32 with ``adapter``'s LoRA, trainable."""
+    import torch
+    from peft import PeftModel
+
+    from harness.engines.models import load_model, resolve_spec
+    from harness.engines.serve import model_spec
+
+    kind, path = resolve_spec(model_spec(adapter))
+    if kind != "adapter":
+        raise ValueError(f"warmup-iterate: --start {adapter!r} is not an adapter of the embedded model ({kind})")
+    base, tokenizer = load_model(None, dtype=torch.float32)
+    return PeftModel.from_pretrained(base, str(path), is_trainable=True), tokenizer
+
+
+def read_manifest(out: Path, cfg: IterateConfig) -> dict[str, Any]:
+    """The run's manifest so far (a new one when there is none); a run with other settings is refused."""
+    path = out / MANIFEST
+    if not path.is_file():
+        return {"command": command_line(cfg), "config": cfg.identity(), "rounds": []}
+    manifest = json.loads(path.read_text())
+    if manifest.get("config") != cfg.identity():
+        raise ValueError(f"{path} was written with other settings; use another --out, or the same settings to resume")
+    manifest["command"] = command_line(cfg)
+    return manifest
+
+
+def command_line(cfg: IterateConfig) -> str:
+    default = IterateConfig()
+    parts = [f"--{k.replace('_', '-')} {v}" for k, v in asdict(cfg).items() if v != getattr(default, k)]
+    return " ".join(["python -m trainers warmup-iterate", *parts])
+
+
+def run(cfg: IterateConfig, *, progress: bool = True) -> Path:
+    """Run the rounds not yet finished in ``cfg.out``; return the directory."""
+    return asyncio.run(_run(cfg, progress=progress))
+
+
+async def _run(cfg: IterateConfig, *, progress: bool) -> Path:
+    import torch
+
+    from harness.engines.serve import served_dir
+    from harness.engines.vllm_offline import OfflineEngine
+    from sandboxes.backends import get_backend
+    from trainers.cpu.engine_sync import engine_env, sync_weights
+
+    out = Path(cfg.out)
+    manifest = read_manifest(out, cfg)
+    done = len(manifest["rounds"])
+    if done >= cfg.rounds:
+        print(f"warmup-iterate: {done} rounds already in {out / MANIFEST}", flush=True)
+        return out
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    policy, tokenizer = load_policy(cfg.start if done == 0 else str(out / f"round-{done}"))
+    for key, value in engine_env().items():  # sync_weights sends a function to the engine's workers
+        os.environ.setdefault(key, value)
+    started = time.monotonic()
+    engine = OfflineEngine(served_dir(cfg.start), seed=cfg.seed)
+    print(f"warmup-iterate: vLLM engine up in {time.monotonic() - started:.0f} s", flush=True)
+    backend = get_backend("local")
+    try:
+        for round_ in range(done + 1, cfg.rounds + 1):
+            figures = await one_round(cfg, round_, policy, tokenizer, engine, backend, sync_weights, progress)
+            manifest["rounds"].append(figures)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+            print(f"warmup-iterate: round {round_}: {json.dumps(figures)}", flush=True)
+    finally:
+        await backend.shutdown()
+        engine.shutdown()
+    return out
+
+
+async def one_round(
+    cfg: IterateConfig,
+    round_: int,
+    policy: Any,
+    tokenizer: Any,
+    engine: Any,
+    backend: Any,
+    sync: Any,
+    progress: bool,
+) -> dict[str, Any]:
+    """Sync the policy into the engine, sample, select, fine-tune, write ``round-<k>``; return its figures."""
+    import torch
+
+    round_started = time.monotonic()
+    sync_s = await sync(engine.engine, policy, torch.bfloat16)
+
+    def make_generate() -> Generate:
+        return engine.generator(tokenizer, max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+
+    problems = round_problems(cfg, round_)
+    sampled = await sample_round(cfg, round_, make_generate, backend, problems)
+    rollout_s = time.monotonic() - round_started - sync_s
+    selected = select(sampled)
+    examples, groups, dropped = round_examples(tokenizer, selected)
+    train_s, losses = 0.0, []
+    if examples:
+        result = fit(
+            policy, examples, groups, fit_settings(cfg, round_), tokenizer.pad_token_id, progress=progress,
+            desc=f"round {round_}",
+        )  # fmt: skip
+        train_s, losses = result.train_s, result.losses
+        round_bf16(policy)
+    figures = {
+        "round": round_,
+        "problem_seed": problem_seed(cfg.seed, round_),
+        "kinds": dict(sorted(_kinds(problems).items())),
+        "sampling": sampling_figures(sampled),
+        "selected": counts(selected),
+        "selected_problems": len({s.demo.problem.id for s in selected}),
+        "dropped_untokenizable": dropped,
+        "trained_tokens": sum(trained_tokens(e) for e in examples),
+        "loss_first": round(losses[0], 4) if losses else None,
+        "loss_last": round(losses[-1], 4) if losses else None,
+        "losses": [round(x, 4) for x in losses],
+        "sync_seconds": round(sync_s, 1),
+        "rollout_seconds": round(rollout_s, 1),
+        "train_seconds": round(train_s, 1),
+        "round_seconds": round(time.monotonic() - round_started, 1),
+        "load_average_1min_at_end": round(os.getloadavg()[0], 2),
+        "machine": platform.machine(),
+    }
+    write_adapter(policy, Path(cfg.out) / f"round-{round_}", ROUND_MANIFEST, {"command": command_line(cfg), **figures})
+    return figures
+
+
+def _kinds(problems: Sequence[GeneratedProblem]) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for p in problems:
+        found[p.kind] = found.get(p.kind, 0) + 1
+    return found
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``warmup-iterate`` sub-command's options (one per :class:`IterateConfig` field)."""
+    helps = {
+        "rounds": "rounds in all (a rerun resumes after the last finished one)",
+        "start": "the adapter round 1 starts from (a model spec; read only)",
+        "out": "directory of the rounds' adapters and iterate.json",
+        "seed": "run seed: problems, trajectory seeds, data order",
+        "problems": "new generated problems per round (training seeds)",
+        "samples": "trajectories per problem",
+        "stdin_weight": "kind weight of stdin programs (math kinds weigh 1)",
+        "max_turns": "assistant turns per trajectory",
+        "max_tokens": "tokens per generation",
+        "temperature": "sampling temperature",
+        "top_p": "sampling top_p",
+        "max_retries": "SAAR regenerations per failed turn",
+        "steps": "optimizer steps per round",
+        "batch_size": "demonstrations per step",
+        "micro_batch": "rows per forward pass (the step's gradient stays the whole batch's)",
+        "learning_rate": "peak learning rate (linear warm-up, then linear decay to a tenth)",
+        "warmup_steps": "steps of learning-rate warm-up",
+        "concurrency": "trajectories in flight",
+        "threads": "torch threads for fine-tuning",
+    }
+    for f in fields(IterateConfig):
+        default = getattr(IterateConfig(), f.name)
+        parser.add_argument(
+            f"--{f.name.replace('_', '-')}", type=type(default), default=default, help=f"{helps[f.name]} ({default})"
+        )
+
+
+def config_from_args(args: argparse.Namespace) -> IterateConfig:
+    return IterateConfig(**{f.name: getattr(args, f.name) for f in fields(IterateConfig)})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainers warmup-iterate", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    cfg = config_from_args(parser.parse_args(argv))
+    print(run(cfg, progress=sys.stdout.isatty()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
