@@ -18,8 +18,8 @@ import_or_skip("peft")
 import_or_skip("trl")
 
 from trainers.core.config import CpuConfig  # noqa: E402
+from trainers.core.engine_sync import EngineSampler, merged_weights  # noqa: E402
 from trainers.core.recipes import load_recipe  # noqa: E402
-from trainers.cpu.engine_sync import EngineSampler, merged_weights  # noqa: E402
 from trainers.cpu.trainer import train_cpu  # noqa: E402
 
 pytestmark = pytest.mark.slow

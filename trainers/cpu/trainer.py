@@ -327,7 +327,7 @@ class CpuTrainer:
         self.loop = asyncio.new_event_loop()
         if self.cfg.engine == "vllm":
             from harness.engines.serve import served_dir  # noqa: PLC0415
-            from trainers.cpu.engine_sync import EngineSampler  # noqa: PLC0415
+            from trainers.core.engine_sync import EngineSampler  # noqa: PLC0415
 
             model_dir = served_dir(self.recipe.model)
             self.sampler = EngineSampler(model_dir, self.tokenizer, self.cfg, max_model_len=self.cfg.max_total_tokens)

@@ -13,7 +13,7 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    with failed turns masked, and the model's own corrections, trained on the corrected turn only.
 3. **Fine-tuning** with the SFT's own loop and loss mask (:func:`~trainers.warmup.build.fit`, ``steps``
    steps of ``batch_size``, micro-batches of ``micro_batch``), continuing the start adapter's LoRA.
-4. **Sync.** The merged weights go into the engine (:func:`trainers.cpu.engine_sync.sync_weights`:
+4. **Sync.** The merged weights go into the engine (:func:`trainers.core.engine_sync.sync_weights`:
    ``model_runner.reload_weights`` on CPU), so the next round samples the new policy.
 
 Each round ``k`` writes ``<out>/round-<k>/`` (the adapter in bfloat16, a model spec wherever an adapter
@@ -244,7 +244,7 @@ async def _run(cfg: IterateConfig, *, progress: bool) -> Path:
     from harness.engines.serve import served_dir
     from harness.engines.vllm_offline import OfflineEngine
     from sandboxes.backends import get_backend
-    from trainers.cpu.engine_sync import engine_env, sync_weights
+    from trainers.core.engine_sync import engine_env, sync_weights
 
     out = Path(cfg.out)
     manifest = read_manifest(out, cfg)
