@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from tiny_models import tiny_lora_model
 
 from harness.benchmarks.generators import generate
 from harness.core import protocol
@@ -18,29 +19,11 @@ from trainers.warmup.build import (
 )
 
 
-def _tiny_lora_model():
-    """A real (tiny, randomly initialised) Llama model with LoRA on every linear layer."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
-    )  # fmt: skip
-    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-    for name, p in model.named_parameters():  # LoRA B starts at zero; make the adapter matter
-        if "lora_B" in name:
-            torch.nn.init.normal_(p, std=0.1)
-    return model
-
-
 def test_shared_prefix_loss_equals_the_plain_loss_and_its_gradients():
     """Running the batch's common prefix once and repeating its keys/values changes nothing but the cost."""
     import torch
 
-    model = _tiny_lora_model()
+    model = tiny_lora_model()
     rng = random.Random(1)
     prefix = [rng.randrange(1, 64) for _ in range(9)]
     batch = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from tiny_models import tiny_lora_model
 
 from harness.benchmarks.generators import GeneratedProblem, generate
 from harness.core import protocol
@@ -167,7 +168,7 @@ async def test_a_rounds_selection_and_fine_tuning_reproduce_from_their_seeds():
     assert fit_settings(cfg, 1) == fit_settings(cfg, 1) != fit_settings(cfg, 2)
 
     examples = _examples(random.Random(3), 6)
-    model_a, model_b = _tiny_lora_model(), _tiny_lora_model()
+    model_a, model_b = tiny_lora_model(), tiny_lora_model()
     settings = FitSettings(steps=3, batch_size=4, micro_batch=2, learning_rate=1e-2, warmup_steps=1, seed=5)
     groups = [i % 2 == 0 for i in range(len(examples))]
     a = fit(model_a, examples, groups, settings, 0, progress=False)
@@ -178,23 +179,6 @@ async def test_a_rounds_selection_and_fine_tuning_reproduce_from_their_seeds():
 
 
 # ------------------------------------------------------------------------------------------ training
-
-
-def _tiny_lora_model():
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=True,
-    )  # fmt: skip
-    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
-    for name, p in model.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(p, std=0.1)
-    return model
 
 
 def _examples(rng: random.Random, n: int) -> list[Example]:
@@ -213,7 +197,7 @@ def test_micro_batches_give_the_whole_batchs_loss_and_gradient(micro):
     import torch
 
     batch = _examples(random.Random(1), 5)
-    model = _tiny_lora_model()
+    model = tiny_lora_model()
     whole = batch_step(model, batch, 0, micro_batch=len(batch), bf16=False)
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
     model.zero_grad()
@@ -229,7 +213,7 @@ def test_micro_batches_give_the_whole_batchs_loss_and_gradient(micro):
 
 def test_a_lone_row_batch_trains():
     batch = _examples(random.Random(2), 1)
-    assert batch_step(_tiny_lora_model(), batch, 0, micro_batch=8) > 0
+    assert batch_step(tiny_lora_model(), batch, 0, micro_batch=8) > 0
 
 
 # ------------------------------------------------------------------------------------------ the table
