@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -81,3 +82,36 @@ def test_nothing_imports_tasks() -> None:
 def test_harness_modules_live_in_their_concern() -> None:
     loose = sorted(p.name for p in (ROOT / "harness").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert not loose, f"modules directly under harness/: {loose}; each belongs to a subpackage"
+
+
+def _layout_map() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Layout\n", 1)[1]
+    return section.split("```", 2)[1]
+
+
+@pytest.mark.parametrize("package", ["harness", "trainers"])
+def test_the_readme_map_names_every_folder_and_module(package: str) -> None:
+    """The README's Layout map matches the tree: a new folder or module gets a word there."""
+    words = set(re.findall(r"[A-Za-z_]+", _layout_map()))
+    folders = sorted(p for p in (ROOT / package).iterdir() if (p / "__init__.py").is_file())
+    missing = [f"{package}/{f.name}/" for f in folders if f.name not in words]
+    for folder in folders:
+        missing += [
+            f"{package}/{folder.name}/{m.name}"
+            for m in sorted(folder.glob("*.py"))
+            if not m.stem.startswith("_") and m.stem not in words
+        ]
+    assert not missing, f"README.md's Layout does not name {missing}"
+
+
+def test_no_import_circle() -> None:
+    """No module imports itself back, through any path (function-level imports included)."""
+    grimp = pytest.importorskip("grimp")  # import-linter's own graph builder
+    networkx = pytest.importorskip("networkx")
+    graph = grimp.build_graph(*PACKAGES)
+    edges = networkx.DiGraph(
+        (module, imported) for module in graph.modules for imported in graph.find_modules_directly_imported_by(module)
+    )
+    circles = [sorted(c) for c in networkx.strongly_connected_components(edges) if len(c) > 1]
+    assert not circles
