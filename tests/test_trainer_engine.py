@@ -69,6 +69,50 @@ def test_a_run_on_the_engine_trains_on_its_rollouts_and_syncs_before_every_step(
     assert (run / "checkpoints" / "checkpoint-2").is_dir()
 
 
+def _kill_engine_processes() -> int:
+    """SIGKILL this process's vLLM engine-core children (as the OOM killer would); how many there were."""
+    import psutil
+
+    victims = [
+        c for c in psutil.Process().children(recursive=True) if "EngineCore" in " ".join(c.cmdline() or [c.name()])
+    ]
+    for child in victims:
+        child.kill()
+    return len(victims)
+
+
+def test_an_engine_that_dies_mid_step_stops_the_step_unscored_and_resume_redoes_it(tmp_path, monkeypatch):
+    from trainers.core.engine_sync import EngineSampler
+    from trainers.core.faults import EngineDied
+
+    recipe_path = tmp_path / "engine-run.yaml"
+    recipe_path.write_text(ENGINE_RUN.replace("steps: 2", "steps: 3"))
+    recipe = load_recipe(recipe_path)
+    generate, killed = EngineSampler.__call__, []
+
+    async def dying(self, context_ids, budget, seed):
+        if (
+            self.synced_step == 1 and not killed
+        ):  # step 2's first request (1 optimizer step synced): the engine dies under it
+            killed.append(_kill_engine_processes())
+        return await generate(self, context_ids, budget, seed)
+
+    monkeypatch.setattr(EngineSampler, "__call__", dying)
+    with pytest.raises(EngineDied, match="during step 2's rollouts.*--resume continues"):
+        train_cpu(recipe, run_name="dies", out_root=tmp_path, progress=False)
+    assert killed and killed[0] >= 1
+    run = tmp_path / "dies"
+    logged = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in logged] == [1]  # step 2 was not scored
+    assert (run / "checkpoints" / "checkpoint-1").is_dir()
+
+    monkeypatch.setattr(EngineSampler, "__call__", generate)
+    train_cpu(recipe, run_name="dies", resume=True, out_root=tmp_path, progress=False)
+    rows = (run / "metrics.jsonl").read_text().splitlines()
+    assert rows[0] == logged[0]  # nothing already logged is lost or rewritten
+    assert [json.loads(x)["step"] for x in rows] == [1, 2, 3]
+
+
 @pytest.fixture(scope="module")
 def policy():
     """The trainer's model as the CPU trainer holds it: the warm model in float32 with LoRA on every linear layer,

@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sandboxes.base import SandboxError
+from trainers.core.faults import EngineDied
 from trainers.core.recipes import RecipeError, load_recipe
 
 GPU_RECIPE = "qwen3-4b-cleaner"
@@ -155,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RecipeError, FileNotFoundError, FileExistsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except (EngineDied, SandboxError) as exc:  # a step that cannot be scored: --resume continues the run
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return 1
 
 

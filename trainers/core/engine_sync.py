@@ -18,6 +18,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from trainers.core.faults import EngineDied
+
 
 def merged_weights(policy: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
     """(checkpoint name, tensor) of ``policy`` with its LoRA merged; the policy itself is left unchanged.
@@ -80,6 +82,13 @@ async def sync_weights(engine: Any, policy: Any, dtype: Any) -> float:
     return time.perf_counter() - start
 
 
+def _engine_dead_error() -> type[Exception]:
+    """vLLM's error for a request or RPC to an engine whose process died (vLLM is imported lazily here)."""
+    from vllm.v1.engine.exceptions import EngineDeadError  # noqa: PLC0415
+
+    return EngineDeadError
+
+
 def engine_env() -> dict[str, str]:
     """What vLLM's engine needs in its environment for :func:`sync_weights` (on top of the harness's)."""
     return {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
@@ -136,20 +145,28 @@ class EngineSampler:
         )
         self.requests += 1
         final: Any = None
-        async for out in self.engine.generate(
-            TokensPrompt(prompt_token_ids=list(context_ids)), params, request_id=f"cpu-{self.requests}"
-        ):
-            final = out
+        try:
+            async for out in self.engine.generate(
+                TokensPrompt(prompt_token_ids=list(context_ids)), params, request_id=f"cpu-{self.requests}"
+            ):
+                final = out
+        except _engine_dead_error() as exc:
+            step = "this step" if self.synced_step is None else f"step {self.synced_step + 1}"
+            raise EngineDied(f"{step}'s rollouts (request cpu-{self.requests})", exc) from exc
         first = final.outputs[0]
         return list(first.token_ids), first.finish_reason == "length"
 
     async def sync(self, policy: Any, step: int) -> float:
-        """The policy's merged weights into the engine (once per optimizer step); the seconds it took."""
+        """The policy's merged weights into the engine once per optimizer step (``step``: the optimizer steps done,
+        the trainer's global step); the seconds it took."""
         import torch  # noqa: PLC0415
 
         if self.synced_step == step:
             return 0.0
-        seconds = await sync_weights(self.engine, policy, getattr(torch, self.dtype))
+        try:
+            seconds = await sync_weights(self.engine, policy, getattr(torch, self.dtype))
+        except _engine_dead_error() as exc:
+            raise EngineDied(f"the weight sync before step {step + 1}", exc) from exc
         self.synced_step, self.sync_s = step, seconds
         return seconds
 

@@ -1,4 +1,5 @@
-"""A training rollout whose sandbox fails is rerun from its start, never scored as the model's failure.
+"""A training rollout whose sandbox fails is rerun from its start, never scored as the model's failure;
+an engine that dies stops the step with :class:`EngineDied`, nothing of the step scored.
 
 The rollout core raises :class:`sandboxes.base.SandboxError` when a tool call comes back
 ``sandbox_failed`` (a container killed, a worker that died): what the model did up to there
@@ -7,6 +8,10 @@ cannot be scored, because the failure was not its program's. Both trainers (the 
 the same trajectory seed, a fresh sandbox and a fresh token store, at most ``retries`` more
 times; past that the step errors with the rollout's name, and the run resumes from its last
 checkpoint (``--resume``) with nothing of the steps already logged lost.
+
+vLLM's engine dying mid-step (its process killed, out of memory) is not rerun: every rollout of the
+step shares it. :class:`EngineDied` says so and how to continue; the step's rollouts are not scored
+and its metrics line is not written, so ``--resume`` redoes the step from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -23,6 +28,16 @@ T = TypeVar("T")
 
 #: reruns of one rollout after its sandbox failed (the trainers' configs default to this)
 SANDBOX_RETRIES = 2
+
+
+class EngineDied(RuntimeError):
+    """vLLM's engine died during a training step: the step is not scored; ``--resume`` continues the run."""
+
+    def __init__(self, what: str, cause: BaseException) -> None:
+        super().__init__(
+            f"vLLM's engine died during {what} ({type(cause).__name__}: {cause}); nothing of this step is scored "
+            "or logged: --resume continues the run from its last checkpoint with a new engine"
+        )
 
 
 async def rerun_on_sandbox_failure(attempt: Callable[[], Awaitable[T]], *, retries: int, what: str) -> tuple[T, int]:
