@@ -2,7 +2,8 @@
 
 After a sync through vLLM's reload path (``model_runner.reload_weights``, the LoRA merged into what is
 sent) the engine's greedy generations equal the trainer's own model's, token for token; and a short run
-with ``cpu.engine: vllm`` trains on rollouts the engine generated, syncing before every step.
+with ``cpu.engine: vllm`` trains on rollouts the engine generated, syncing before every step; its engine
+killed under step 2, the step stops unscored and ``resume`` redoes it on a new engine.
 """
 
 from __future__ import annotations
@@ -55,20 +56,6 @@ def small_kv_cache():
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = before
 
 
-def test_a_run_on_the_engine_trains_on_its_rollouts_and_syncs_before_every_step(tmp_path):
-    # first in the module: its trainer and engine are gone before the module's engine is built
-    recipe_path = tmp_path / "engine-run.yaml"
-    recipe_path.write_text(ENGINE_RUN)
-    run = train_cpu(load_recipe(recipe_path), out_root=tmp_path, progress=False)
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2]
-    assert all(r["sync_s"] > 0 for r in rows)  # the weights went in before each step's rollouts
-    assert all("gen_batches" not in r for r in rows)
-    assert all(r["trajectories"] == 2 for r in rows)  # 1 problem x 2 rollouts per step
-    assert all(r["tokens_generated"] > 0 for r in rows)
-    assert (run / "checkpoints" / "checkpoint-2").is_dir()
-
-
 def _kill_engine_processes() -> int:
     """SIGKILL this process's vLLM engine-core children (as the OOM killer would); how many there were."""
     import psutil
@@ -81,7 +68,11 @@ def _kill_engine_processes() -> int:
     return len(victims)
 
 
-def test_an_engine_that_dies_mid_step_stops_the_step_unscored_and_resume_redoes_it(tmp_path, monkeypatch):
+def test_a_run_on_the_engine_trains_on_its_rollouts_and_syncs_before_every_step_and_survives_its_death(
+    tmp_path, monkeypatch
+):
+    """A 3-step run whose engine dies under step 2: the step stops unscored, and --resume redoes it on a new
+    engine (first in the module: its trainer and engines are gone before the module's engine is built)."""
     from trainers.core.engine_sync import EngineSampler
     from trainers.core.faults import EngineDied
 
@@ -110,7 +101,13 @@ def test_an_engine_that_dies_mid_step_stops_the_step_unscored_and_resume_redoes_
     train_cpu(recipe, run_name="dies", resume=True, out_root=tmp_path, progress=False)
     rows = (run / "metrics.jsonl").read_text().splitlines()
     assert rows[0] == logged[0]  # nothing already logged is lost or rewritten
-    assert [json.loads(x)["step"] for x in rows] == [1, 2, 3]
+    rows = [json.loads(x) for x in rows]
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert all(r["sync_s"] > 0 for r in rows)  # the weights went in before each step's rollouts
+    assert all("gen_batches" not in r for r in rows)
+    assert all(r["trajectories"] == 2 for r in rows)  # 1 problem x 2 rollouts per step
+    assert all(r["tokens_generated"] > 0 for r in rows)
+    assert (run / "checkpoints" / "checkpoint-3").is_dir()
 
 
 @pytest.fixture(scope="module")
