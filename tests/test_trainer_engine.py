@@ -82,9 +82,8 @@ def test_a_run_on_the_engine_trains_on_its_rollouts_and_syncs_before_every_step_
     generate, killed = EngineSampler.__call__, []
 
     async def dying(self, context_ids, budget, seed):
-        if (
-            self.synced_step == 1 and not killed
-        ):  # step 2's first request (1 optimizer step synced): the engine dies under it
+        # step 2's first request (1 optimizer step synced): the engine dies under it
+        if self.synced_step == 1 and not killed:
             killed.append(_kill_engine_processes())
         return await generate(self, context_ids, budget, seed)
 
