@@ -11,6 +11,7 @@ import asyncio
 import json
 
 import pytest
+from engine_runs import engine_run_recipe
 from needs import import_or_skip
 
 import_or_skip("vllm")
@@ -26,19 +27,6 @@ pytestmark = pytest.mark.slow
 
 QUESTIONS = ("What is 17 * 23? Use the tool.", "Write a haiku about rain.", "Name a prime number above 100.")
 GREEDY_TOKENS = 24
-
-ENGINE_RUN = """
-name: engine-run
-model: smollm2-tools
-data: {source: trainers/data/tools-rl.jsonl, limit: 4}
-executor:
-  saar: {enabled: true, prob: 1.0, max_retries: 1}
-  max_turns: 2
-  timeout: 5.0
-  sandbox: local
-cpu: {steps: 2, prompts_per_step: 1, num_generations: 2, max_new_tokens: 48, max_total_tokens: 640,
-      learning_rate: 1.0e-4, save_steps: 1, temperature: 1.0, top_p: 1.0, engine: vllm}
-"""
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,7 +46,7 @@ def small_kv_cache():
 def test_a_run_on_the_engine_trains_on_its_rollouts_and_syncs_before_every_step(tmp_path):
     # first in the module: its trainer and engine are gone before the module's engine is built
     recipe_path = tmp_path / "engine-run.yaml"
-    recipe_path.write_text(ENGINE_RUN)
+    recipe_path.write_text(engine_run_recipe(steps=2))
     run = train_cpu(load_recipe(recipe_path), out_root=tmp_path, progress=False)
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]

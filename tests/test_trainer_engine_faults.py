@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from engine_runs import engine_run_recipe
 from needs import import_or_skip
 
 import_or_skip("vllm")
@@ -19,20 +20,6 @@ from trainers.core.recipes import load_recipe  # noqa: E402
 from trainers.cpu.trainer import train_cpu  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-# the engine run of tests/test_trainer_engine.py, one step longer
-ENGINE_RUN = """
-name: engine-run
-model: smollm2-tools
-data: {source: trainers/data/tools-rl.jsonl, limit: 4}
-executor:
-  saar: {enabled: true, prob: 1.0, max_retries: 1}
-  max_turns: 2
-  timeout: 5.0
-  sandbox: local
-cpu: {steps: 3, prompts_per_step: 1, num_generations: 2, max_new_tokens: 48, max_total_tokens: 640,
-      learning_rate: 1.0e-4, save_steps: 1, temperature: 1.0, top_p: 1.0, engine: vllm}
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -59,7 +46,7 @@ def test_an_engine_that_dies_mid_step_stops_the_step_unscored_and_resume_redoes_
     from trainers.core.faults import EngineDied
 
     recipe_path = tmp_path / "engine-run.yaml"
-    recipe_path.write_text(ENGINE_RUN)
+    recipe_path.write_text(engine_run_recipe(steps=3))
     recipe = load_recipe(recipe_path)
     generate, killed = EngineSampler.__call__, []
 
