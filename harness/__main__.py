@@ -58,6 +58,16 @@ def _generate_args(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in gen.items() if v is not None}
 
 
+def _add_share_prefix(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-share-prefix",
+        dest="share_prefix",
+        action="store_false",
+        help="generate every request in both arms (default: the requests the arms have in common, before SAAR "
+        "first acts, are generated once and shared)",
+    )
+
+
 def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--preset",
@@ -85,6 +95,7 @@ def _add_run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-M", dest="model_args", action="append", metavar="KEY=VALUE", help="model argument")
     p.add_argument("--max-samples", type=int, default=None, help="samples run concurrently")
     p.add_argument("--display", default=None, help="Inspect display (full, rich, plain, none)")
+    _add_share_prefix(p)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -177,6 +188,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--run", default=None, help="run name (default: a timestamp); output in results/demo/<run>/")
     d.add_argument("--out-dir", default="results/demo")
     d.add_argument("--display", default=None, help="Inspect display (full, rich, plain, none)")
+    _add_share_prefix(d)
 
     from harness.engines.serve import add_arguments as add_serve_arguments
 
@@ -213,6 +225,7 @@ def compare_main(args: argparse.Namespace) -> int:
                 arms=args.arms,
                 display=args.display,
                 max_samples=args.max_samples,
+                share_prefix=args.share_prefix,
             )
         )
     arms, notes = read_arms(sources)
@@ -331,6 +344,7 @@ def _demo(args: argparse.Namespace, model: str, run_options: dict[str, Any], eng
         time_limit=args.time_limit,
         max_samples=run_options.get("max_samples"),
         parallel=run_options.get("parallel", False),
+        share_prefix=args.share_prefix,
     )
     arms, notes = read_arms(dirs)
     report = write_report(

@@ -35,6 +35,7 @@ def aime25(
     sandbox: SandboxName = "auto",
     data: str | None = None,
     seed: int = 0,
+    share_prefix: str | None = None,
 ) -> Task:
     """AIME 2025 with the shared rollout core.
 
@@ -47,6 +48,8 @@ def aime25(
         sandbox: where programs run ("auto", "local" or "docker").
         data: a local file or directory, or "fixture" (default: the hub).
         seed: the run's seed; per-(sample, epoch) sampling seeds derive from it, the same in both SAAR arms.
+        share_prefix: an id shared by both SAAR arms of one run: the requests they have in common (before
+            SAAR first acts) are generated once and read from Inspect\'s cache by the other arm.
     """
     options = TaskOptions(
         preset=preset,
@@ -65,5 +68,6 @@ def aime25(
         max_tokens=max_tokens,
         sandbox=sandbox,
         seed=seed,
+        share_prefix=share_prefix,
     )
     return benchmark_task(load_aime25(data), math_scorer(), options)

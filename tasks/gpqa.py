@@ -37,6 +37,7 @@ def gpqa(
     sandbox: SandboxName = "auto",
     data: str | None = None,
     seed: int = 0,
+    share_prefix: str | None = None,
 ) -> Task:
     """GPQA-Diamond with the shared rollout core (choices shuffled with `seed`).
 
@@ -49,6 +50,8 @@ def gpqa(
         sandbox: where programs run ("auto", "local" or "docker").
         data: a local file or directory, or "fixture" (default: the hub).
         seed: the run's seed; per-(sample, epoch) sampling seeds derive from it, the same in both SAAR arms.
+        share_prefix: an id shared by both SAAR arms of one run: the requests they have in common (before
+            SAAR first acts) are generated once and read from Inspect\'s cache by the other arm.
     """
     options = TaskOptions(
         preset=preset,
@@ -67,5 +70,6 @@ def gpqa(
         max_tokens=max_tokens,
         sandbox=sandbox,
         seed=seed,
+        share_prefix=share_prefix,
     )
     return benchmark_task(load_gpqa(data, seed=seed), gpqa_scorer(), options)

@@ -41,6 +41,7 @@ def livecodebench(
     end_date: str = "2025-05-31",
     release: str = "release_v6",
     seed: int = 0,
+    share_prefix: str | None = None,
 ) -> Task:
     """LiveCodeBench with the shared rollout core.
 
@@ -54,6 +55,8 @@ def livecodebench(
         data: a local file or directory, or "fixture" (default: the hub).
         start_date, end_date, release: the LiveCodeBench window (the reference's by default).
         seed: the run's seed; per-(sample, epoch) sampling seeds derive from it, the same in both SAAR arms.
+        share_prefix: an id shared by both SAAR arms of one run: the requests they have in common (before
+            SAAR first acts) are generated once and read from Inspect\'s cache by the other arm.
     """
     options = TaskOptions(
         preset=preset,
@@ -72,6 +75,7 @@ def livecodebench(
         max_tokens=max_tokens,
         sandbox=sandbox,
         seed=seed,
+        share_prefix=share_prefix,
     )
     problems = load_livecodebench(data, start_date=start_date, end_date=end_date, release=release)
     return benchmark_task(problems, code_scorer(problems), options)

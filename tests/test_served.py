@@ -94,12 +94,56 @@ def test_the_server_listens_on_loopback_only_with_the_tool_parser() -> None:
     assert served_name(None) == "smollm2"
 
 
+def _model_cache_without_served_dirs(root: Path) -> Path:
+    """A model cache holding the converted embedded model but no served directory: a server started on it writes
+    its directory while vLLM imports (harness.engines.vllm_launch), as on a fresh machine."""
+    from harness.engines.models import cache_dir, load_model
+
+    load_model(None)  # the GGUF converted into the real cache (once per machine)
+    root.mkdir(parents=True, exist_ok=True)
+    for entry in cache_dir().iterdir():
+        if entry.name != "served" and not entry.name.startswith("."):
+            (root / entry.name).symlink_to(entry)
+    return root
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     needs_vllm()
     log = tmp_path_factory.mktemp("serve") / "server.log"
-    with Server("smollm2-tools", log_path=log) as running:
+    with pytest.MonkeyPatch.context() as mp:  # only while it starts: the module's other tests use the real cache
+        mp.setenv("CLEANER_MODEL_CACHE", str(_model_cache_without_served_dirs(tmp_path_factory.mktemp("models"))))
+        running = Server("smollm2-tools", log_path=log)
+        assert not (running.model_dir / "config.json").exists()
+        running.start()
+    try:
+        assert running.process is not None and "harness.engines.vllm_launch" in running.process.args
+        assert (running.model_dir / "config.json").is_file()
         yield running
+    finally:
+        running.stop()
+
+
+@pytest.mark.slow
+def test_a_served_directory_that_fails_to_write_stops_the_waiting_launcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    needs_vllm()
+    monkeypatch.setenv("CLEANER_MODEL_CACHE", str(_model_cache_without_served_dirs(tmp_path / "models")))
+    server = Server("smollm2-tools", log_path=tmp_path / "server.log")
+    launchers: list[int] = []
+
+    def fails() -> None:
+        assert server.process is not None
+        launchers.append(server.process.pid)
+        raise OSError("disk full")
+
+    server._write_model_dir = fails
+    with pytest.raises(OSError, match="disk full"):
+        server.start()
+    assert server.process is None and launchers
+    with pytest.raises(ProcessLookupError):
+        os.kill(launchers[0], 0)  # stopped and reaped, not left waiting for a directory that never comes
 
 
 def _both_arms() -> list[Any]:

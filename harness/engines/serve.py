@@ -35,7 +35,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -56,6 +56,8 @@ SERVED_FORMAT = "2"
 START_TIMEOUT_S = 300.0
 #: the tool-call parser of vLLM (and SGLang's ``qwen25``) for the Hermes ``<tool_call>`` form
 TOOL_PARSER = "hermes"
+#: tokens per KV-cache block (see serve_argv); the CPU backend wants a multiple of 32
+BLOCK_SIZE = 32
 #: context of a served model: the longest prompt plus generation the harness sends (SmolLM2 has 8192)
 MAX_MODEL_LEN = 4096
 
@@ -80,20 +82,31 @@ def served_dir(name: str | None = None, *, dtype: str = "bfloat16") -> Path:
     with :func:`served_chat_template` as their chat template and sampling on by default (a request's
     temperature 0 turns it off).
     """
+    target, write = served_target(name, dtype=dtype)
+    if write is not None:
+        write()
+    return target
+
+
+def served_target(name: str | None = None, *, dtype: str = "bfloat16") -> tuple[Path, Callable[[], None] | None]:
+    """:func:`served_dir`'s directory, and what writes it when it is not written yet (None when it is)."""
     spec = model_spec(name)
     kind, path = resolve_spec(spec)
     if kind == "hf":
-        return path
+        return path, None
     target = cache_dir() / "served" / _served_key(spec, kind, path, dtype)
     if (target / "config.json").is_file():
-        return target
-    import torch
+        return target, None
 
-    model, tokenizer = load_model(spec, dtype=getattr(torch, dtype))
-    tokenizer.chat_template = served_chat_template(tokenizer)
-    _sample_as_requested(model.generation_config)
-    save_to_cache(model, tokenizer, target)
-    return target
+    def write() -> None:
+        import torch
+
+        model, tokenizer = load_model(spec, dtype=getattr(torch, dtype))
+        tokenizer.chat_template = served_chat_template(tokenizer)
+        _sample_as_requested(model.generation_config)
+        save_to_cache(model, tokenizer, target)
+
+    return target, write
 
 
 def _sample_as_requested(config: GenerationConfig) -> None:
@@ -271,6 +284,10 @@ def serve_argv(
         "--no-enable-chunked-prefill",
         "--max-num-batched-tokens",
         str(max_model_len),
+        # KV blocks of 32 tokens instead of the CPU default 128: a turn's request re-uses its context from the
+        # prefix cache up to the last full block, so a smaller block leaves less of it to compute again
+        "--block-size",
+        str(BLOCK_SIZE),
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         TOOL_PARSER,
@@ -313,9 +330,9 @@ class Server:
     ) -> None:
         if reason := vllm_missing():
             raise ServeError(f"cannot serve {name or 'smollm2'} with vLLM: {reason}")
-        self.model_dir = served_dir(name, dtype=dtype)
+        self.model_dir, self._write_model_dir = served_target(name, dtype=dtype)
         self.name = served_name(name)
-        if problem := chat_template_problem(self.model_dir):
+        if self._write_model_dir is None and (problem := chat_template_problem(self.model_dir)):
             raise ServeError(problem)
         self.port = port or free_port()
         self.argv = serve_argv(self.model_dir, self.port, dtype=dtype, max_model_len=max_model_len, name=self.name)
@@ -342,10 +359,29 @@ class Server:
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
+        argv = self.argv
+        if self._write_model_dir is not None:  # vLLM imports while the directory is written (vllm_launch)
+            launch = [
+                sys.executable,
+                "-m",
+                "harness.engines.vllm_launch",
+                "--when",
+                str(self.model_dir / "config.json"),
+            ]
+            argv = [*launch, "--", *self.argv[1:]]
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+        if self._write_model_dir is not None:
+            try:
+                self._write_model_dir()
+                if problem := chat_template_problem(self.model_dir):
+                    raise ServeError(problem)
+            except BaseException:
+                self.stop()
+                raise
+            self._write_model_dir = None
         deadline = started + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -39,6 +39,7 @@ from harness.core.protocol import TOOL_NAME
 from harness.core.rollout import RolloutConfig, rollout
 from harness.core.seeds import trajectory_seed
 from harness.evals.convert import PYTHON_TOOL, to_generation, to_inspect
+from harness.evals.shared_prefix import generate_shared
 from sandboxes.base import ExecResult, Sandbox
 
 #: Key of the trajectory summary in a sample's metadata.
@@ -127,12 +128,14 @@ class TranscribedSandbox(Sandbox):
 
 
 @solver
-def saar_agent(config: RolloutConfig, run_seed: int = 0) -> Solver:
+def saar_agent(config: RolloutConfig, run_seed: int = 0, share_prefix: str | None = None) -> Solver:
     """Run the shared rollout loop (tool calls, SAAR) for one sample.
 
     Args:
         config: the rollout's limits, parse mode and SAAR settings (:func:`harness.core.problems.rollout_config`).
         run_seed: the seed each (sample, epoch) derives its trajectory seed from (:mod:`harness.core.seeds`).
+        share_prefix: arms with the same id generate the requests they have in common once
+            (:mod:`harness.evals.shared_prefix`); None: every request is generated.
     """
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
@@ -141,7 +144,13 @@ def saar_agent(config: RolloutConfig, run_seed: int = 0) -> Solver:
         seed = trajectory_seed(run_seed, state.sample_id, state.epoch)
 
         async def model_generate(messages: list[Message], *, seed: int | None = None) -> Generation:
-            output = await model.generate(to_inspect(messages), tools=[PYTHON_TOOL], config=GenerateConfig(seed=seed))
+            request, config = to_inspect(messages), GenerateConfig(seed=seed)
+            if share_prefix is None:
+                output = await model.generate(request, tools=[PYTHON_TOOL], config=config)
+            else:
+                output = await generate_shared(
+                    model, request, tools=[PYTHON_TOOL], config=config, share=share_prefix, epoch=state.epoch
+                )
             return to_generation(output)
 
         def spans(name: str, type: str) -> AbstractAsyncContextManager[None]:

@@ -49,6 +49,8 @@ class TaskOptions:
     max_tokens: int | None = None
     sandbox: SandboxName = "auto"
     seed: int = 0  #: the run's seed: per-(sample, epoch) sampling seeds and the SAAR draw derive from it
+    #: arms with the same id generate their common requests once (harness.evals.shared_prefix); None: off
+    share_prefix: str | None = None
 
     def protocol(self, kind: Kind) -> EvalProtocol:
         given = {k: v for k, v in asdict(self).items() if k in PROTOCOL_FIELDS}
@@ -129,6 +131,7 @@ def benchmark_task(problems: Sequence[Problem], scorer: Scorer, options: TaskOpt
         "kind": kind,
         "protocol": protocol.to_dict(),
         "seed": options.seed,
+        "share_prefix": options.share_prefix,
         # the resolved switches, also at the top level (reports read "saar" from here)
         "saar": protocol.saar,
         "saar_prob": protocol.saar_prob,
@@ -139,7 +142,7 @@ def benchmark_task(problems: Sequence[Problem], scorer: Scorer, options: TaskOpt
     }
     return BenchmarkTask(
         dataset=to_samples(problems),
-        solver=saar_agent(protocol.rollout_config(kind), run_seed=options.seed),
+        solver=saar_agent(protocol.rollout_config(kind), run_seed=options.seed, share_prefix=options.share_prefix),
         scorer=scorer,
         sandbox=sandbox_spec(options.sandbox),
         config=generate_config(protocol),

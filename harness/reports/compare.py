@@ -13,13 +13,16 @@ and by error kind, not only accuracy.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from inspect_ai.event import ModelEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
 from harness.core.metrics import TrajectoryMetrics
@@ -56,6 +59,8 @@ class SampleRecord:
     time: float | None = None  #: seconds the sample took
     turns: int = 0  #: assistant turns kept
     tokens_kept: int = 0  #: generated tokens of the turns that remain
+    #: generations read from Inspect's cache: the other arm's, for a request both sent (``share_prefix``)
+    shared_generations: int = 0
 
     @property
     def metrics(self) -> TrajectoryMetrics:
@@ -177,6 +182,7 @@ def _record(sample: EvalSample, where: str) -> SampleRecord:
         time=sample.total_time,
         turns=int(traj.get("assistant_turns", 0)),
         tokens_kept=int(traj.get("tokens_kept", 0)),
+        shared_generations=sum(1 for e in sample.events if isinstance(e, ModelEvent) and e.cache == "read"),
     )
 
 
@@ -272,6 +278,7 @@ def run_arms(
     retry_attempts: int = 2,
     time_limit: int | None = None,
     parallel: bool = False,
+    share_prefix: bool = True,
 ) -> list[Path]:
     """Run both SAAR arms of every task with Inspect's ``eval_set``; return the log directories.
 
@@ -284,16 +291,18 @@ def run_arms(
     leaves the number of samples per problem to the task (its preset, or 1). No generation
     seed is sent: the solver seeds every generation per (sample, epoch) from the task's ``seed``.
     ``parallel`` runs a task's arms at once, in one eval set (``<log_dir>/<task>``): a served engine then
-    batches both arms' requests, and one arm's slowest samples overlap the other's.
+    batches both arms' requests, and one arm's slowest samples overlap the other's. ``share_prefix`` (with
+    both arms) generates the requests the arms have in common once (:mod:`harness.evals.shared_prefix`),
+    cached under ``<log_dir>/generation-cache``; never for the replay model, whose script counts its calls.
     """
-    from inspect_ai import eval_set
-
     if epochs is not None and epochs < 1:
         raise CompareError(f"epochs must be >= 1, got {epochs}")
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         raise CompareError(f"unknown arm(s) {unknown}: use 'on' and/or 'off'")
-    dirs: list[Path] = []
+    task_args = dict(task_args or {})
+    if share_prefix and len(arms) == 2 and not model.startswith("replay/"):
+        task_args["share_prefix"] = str(log_dir)
     options: dict[str, Any] = dict(
         model_args=model_args or {},
         limit=limit,
@@ -304,36 +313,68 @@ def run_arms(
         time_limit=time_limit,
         **(generate or {}),
     )
-    for task in tasks:
-        spec = task_file(task)
-        name = task_name(spec)
-        if parallel:
-            arm_dir = Path(log_dir) / name
-            both = [build_task(spec, {**(task_args or {}), "saar": arm == "on"}, epochs) for arm in arms]
-            ok, logs = eval_set(
-                tasks=both, log_dir=str(arm_dir), model=model.replace("{task}", name), max_tasks=len(both), **options
+    dirs: list[Path] = []
+    with _generation_cache(Path(log_dir) / "generation-cache" if "share_prefix" in task_args else None):
+        for task in tasks:
+            dirs += _run_task_arms(task, model, Path(log_dir), task_args, epochs, arms, options, parallel)
+    return dirs
+
+
+@contextlib.contextmanager
+def _generation_cache(path: Path | None) -> Iterator[None]:
+    """Inspect's generation cache in ``path`` for the duration (None: left as it is)."""
+    before = os.environ.get("INSPECT_CACHE_DIR")
+    if path is not None:
+        os.environ["INSPECT_CACHE_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if path is not None:
+            if before is None:
+                os.environ.pop("INSPECT_CACHE_DIR", None)
+            else:
+                os.environ["INSPECT_CACHE_DIR"] = before
+
+
+def _run_task_arms(
+    task: str,
+    model: str,
+    log_dir: Path,
+    task_args: dict[str, Any],
+    epochs: int | None,
+    arms: Sequence[str],
+    options: dict[str, Any],
+    parallel: bool,
+) -> list[Path]:
+    """Run the arms of one task (see :func:`run_arms`); return their log directories."""
+    from inspect_ai import eval_set
+
+    spec = task_file(task)
+    name = task_name(spec)
+    model = model.replace("{task}", name)
+    if parallel:
+        arm_dir = log_dir / name
+        both = [build_task(spec, {**task_args, "saar": arm == "on"}, epochs) for arm in arms]
+        ok, logs = eval_set(tasks=both, log_dir=str(arm_dir), model=model, max_tasks=len(both), **options)
+        if not ok:
+            statuses = ", ".join(f"{lg.eval.task}: {lg.status}" for lg in logs) or "no logs"
+            raise CompareError(
+                f"{name}: the eval set did not finish ({statuses}); rerun the same command to resume it "
+                f"(logs in {arm_dir})"
             )
-            if not ok:
-                statuses = ", ".join(f"{lg.eval.task}: {lg.status}" for lg in logs) or "no logs"
-                raise CompareError(
-                    f"{name}: the eval set did not finish ({statuses}); rerun the same command to resume it "
-                    f"(logs in {arm_dir})"
-                )
-            dirs.append(arm_dir)
-            continue
-        for arm in arms:
-            arm_dir = Path(log_dir) / name / f"saar-{arm}"
-            args = {**(task_args or {}), "saar": arm == "on"}
-            if epochs is not None:
-                args["epochs"] = epochs
-            ok, logs = eval_set(
-                tasks=spec, log_dir=str(arm_dir), model=model.replace("{task}", name), task_args=args, **options
+        return [arm_dir]
+    dirs = []
+    for arm in arms:
+        arm_dir = log_dir / name / f"saar-{arm}"
+        args = {**task_args, "saar": arm == "on"}
+        if epochs is not None:
+            args["epochs"] = epochs
+        ok, logs = eval_set(tasks=spec, log_dir=str(arm_dir), model=model, task_args=args, **options)
+        if not ok:
+            statuses = ", ".join(f"{lg.eval.task}: {lg.status}" for lg in logs) or "no logs"
+            raise CompareError(
+                f"{name} / SAAR {arm}: the eval set did not finish ({statuses}); "
+                f"rerun the same command to resume it (logs in {arm_dir})"
             )
-            if not ok:
-                statuses = ", ".join(f"{lg.eval.task}: {lg.status}" for lg in logs) or "no logs"
-                raise CompareError(
-                    f"{name} / SAAR {arm}: the eval set did not finish ({statuses}); "
-                    f"rerun the same command to resume it (logs in {arm_dir})"
-                )
-            dirs.append(arm_dir)
+        dirs.append(arm_dir)
     return dirs

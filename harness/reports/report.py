@@ -148,6 +148,7 @@ def summarize(arm: ArmRun) -> dict[str, float]:
         "accuracy_stderr": stderr(means),
         "pass_at_k": mean([pass_at_k(len(v), int(round(sum(v))), len(v)) for v in acc.values()]),
         **aggregate([r.metrics for r in recs]),
+        "shared_generations": float(sum(r.shared_generations for r in recs)),
         "time": mean(times) if times else float("nan"),
         "wall_time": arm.wall_time if arm.wall_time is not None else float("nan"),
     }
@@ -369,6 +370,7 @@ def side_by_side(arms: Sequence[ArmRun]) -> str:
         ("SAAR purified", [_n(s["saar_purified"]) for s in sums]),
         ("SAAR exhausted", [_n(s["saar_exhausted"]) for s in sums]),
         ("tokens/sample", [f"{s['tokens_mean']:.0f}" for s in sums]),
+        ("generations shared", [_n(s["shared_generations"]) for s in sums]),
         ("wall time s", [_f(s["wall_time"], 1) for s in sums]),
     ]
     header = ["", *[f"{a.task} SAAR {a.arm}" for a in arms]]
@@ -556,6 +558,13 @@ def write_report(
         args = ", ".join(f"{k}={v}" for k, v in sorted(a.task_args.items()) if v is not None)
         parts.append(f"- {a.label}: model `{a.model}`; task args: {args or '-'}; log `{a.location}`")
     parts.append("")
+    shared = [
+        f"{a.label}: {summarize(a)['shared_generations']:.0f} generations read from the other arm (requests both arms "
+        "sent before SAAR first acted, generated once: `share_prefix`)"
+        for a in arms
+        if any(r.shared_generations for r in a.samples)
+    ]
+    notes = [*shared, *notes]
     if bad or unpaired or notes:
         parts += ["## Notes", "", *[f"- {n}" for n in [*bad, *unpaired, *notes]], ""]
     report = out / "report.md"
