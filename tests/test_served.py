@@ -263,6 +263,19 @@ def test_the_server_samples_with_the_requested_temperature_and_seed(server: Serv
     assert ask(0.0, 1) == ask(0.0, 2)  # greedy ignores the seed
 
 
+@pytest.mark.slow
+def test_the_model_runs_in_the_engine_core_process_without_a_polling_worker(server: Server) -> None:
+    """On CPU vLLM adds a worker process unless told not to; its queue with the engine core polls a core that the
+    harness and its sandboxes need (harness.engines.serve.ONE_ENGINE_PROCESS)."""
+    import psutil
+
+    assert server.process is not None
+    titles = [" ".join(p.cmdline()) for p in psutil.Process(server.process.pid).children(recursive=True)]
+    assert any(t.startswith("VLLM::EngineCore") for t in titles), titles
+    assert not any(t.startswith("VLLM::Worker") for t in titles), titles
+    assert "(Worker pid=" not in server.log_path.read_text()
+
+
 def test_a_port_in_use_is_a_clear_error() -> None:
     needs_vllm()
     import socket
