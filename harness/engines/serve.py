@@ -301,7 +301,8 @@ def serve_argv(
 #: What lets vLLM's CPU platform keep the ``uni`` executor of a server (the model in the engine-core process)
 #: instead of adding a worker process: their message queue polls for 1 s after every message, about 2/3 of the
 #: second core, which the harness and its sandboxes need. The API server still runs its engine core in a process
-#: of its own (AsyncLLM always does). Measured on the demo: arms 420 / 445 s -> 386 / 406 s (docs/models.md).
+#: of its own (AsyncLLM always does). Demo arms 420 / 445 s -> 386 / 406 s back to back, within the 20% spread of
+#: repeated runs (docs/ablation.md#the-demo): kept for the core it frees, not for a figure.
 ONE_ENGINE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
