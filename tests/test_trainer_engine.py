@@ -158,3 +158,16 @@ def test_after_a_sync_the_engine_generates_what_the_trainers_model_generates(pol
     assert after == _model_greedy(model, prompts)  # token for token, every prompt
     assert after != before  # the random LoRA changed what the model says: the sync did something
     assert loop.run_until_complete(sampler.sync(model, step=1)) == 0.0  # once per optimizer step
+
+
+def test_the_engine_runs_the_model_in_its_engine_core_process(engine):
+    """No worker process polling the core the trainer computes on, and nothing of that setting left in this
+    process's environment for what it starts later (harness.engines.serve.one_engine_process)."""
+    import os
+
+    import psutil
+
+    titles = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+    assert any(t.startswith("VLLM::EngineCore") for t in titles), titles
+    assert not any(t.startswith("VLLM::Worker") for t in titles), titles
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ

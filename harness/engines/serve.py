@@ -22,6 +22,7 @@ local, ``HF_HUB_OFFLINE=1``) and nothing is reported home (vLLM's usage statisti
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -35,10 +36,11 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 from harness.core.chat import supports_tools, tool_system_prompt
 from harness.core.messages import tool_response_text
@@ -304,6 +306,15 @@ def serve_argv(
 #: of its own (AsyncLLM always does). Demo arms 420 / 445 s -> 386 / 406 s back to back, within the 20% spread of
 #: repeated runs (docs/ablation.md#the-demo): kept for the core it frees, not for a figure.
 ONE_ENGINE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+@contextlib.contextmanager
+def one_engine_process() -> Iterator[None]:
+    """:data:`ONE_ENGINE_PROCESS` while an engine is built in this process (``AsyncLLM``: the engine-core process it
+    starts inherits it), a value the user set kept; this process's environment is restored afterwards, so nothing
+    else it starts later (a Ray actor, a server Inspect starts) gets it."""
+    with mock.patch.dict(os.environ, {key: os.environ.get(key, value) for key, value in ONE_ENGINE_PROCESS.items()}):
+        yield
 
 
 def server_env(base: dict[str, str] | None = None) -> dict[str, str]:

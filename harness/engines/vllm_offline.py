@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core import chat
 from harness.core.messages import Generation, Message
-from harness.engines.serve import MAX_MODEL_LEN, ServeError, server_env, vllm_missing
+from harness.engines.serve import MAX_MODEL_LEN, ServeError, one_engine_process, server_env, vllm_missing
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -61,7 +61,8 @@ class OfflineEngine:
             enable_chunked_prefill=False,
             max_num_batched_tokens=max_model_len,
         )
-        self.engine: Any = AsyncLLM.from_engine_args(args)
+        with one_engine_process():
+            self.engine: Any = AsyncLLM.from_engine_args(args)
         self._requests = 0
 
     async def generate(

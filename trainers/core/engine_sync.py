@@ -107,7 +107,7 @@ class EngineSampler:
         import os  # noqa: PLC0415
 
         from harness.core import chat  # noqa: PLC0415
-        from harness.engines.serve import server_env  # noqa: PLC0415
+        from harness.engines.serve import one_engine_process, server_env  # noqa: PLC0415
 
         for key, value in {**server_env({}), **engine_env()}.items():
             os.environ.setdefault(key, value)
@@ -120,7 +120,8 @@ class EngineSampler:
         args = vllm.AsyncEngineArgs(
             model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=cfg.seed
         )
-        self.engine = vllm.AsyncLLMEngine.from_engine_args(args)
+        with one_engine_process():  # no worker process polling the core the trainer computes on
+            self.engine = vllm.AsyncLLMEngine.from_engine_args(args)
         self.build_s = time.perf_counter() - start
         self.requests = 0
         self.synced_step: int | None = None
