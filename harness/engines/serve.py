@@ -300,11 +300,10 @@ def serve_argv(
     ]
 
 
-#: What lets vLLM's CPU platform keep the ``uni`` executor of a server (the model in the engine-core process)
-#: instead of adding a worker process: their message queue polls for 1 s after every message, about 2/3 of the
-#: second core, which the harness and its sandboxes need. The API server still runs its engine core in a process
-#: of its own (AsyncLLM always does). Demo arms 420 / 445 s -> 386 / 406 s back to back, within the 20% spread of
-#: repeated runs (docs/ablation.md#the-demo): kept for the core it frees, not for a figure.
+#: Lets vLLM's CPU platform keep the ``uni`` executor (the model in the engine-core process) instead of adding a
+#: worker process, whose message queue with the engine core spins on the second core (about 2/3 of it), the core
+#: the harness, its sandboxes or the trainer need. A server's API process still has its engine core apart (AsyncLLM
+#: always does). Measured in docs/ablation.md#the-demo and docs/training.md (rollouts 29% faster, same tokens).
 ONE_ENGINE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
