@@ -119,6 +119,12 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--log-dir", default=None, help="where eval logs go (default: results/runs/regression/<time>)")
     r.add_argument("--update", action="store_true", help="rewrite the baselines' values with the measured ones")
     r.add_argument("--display", default="none", help="Inspect display (full, rich, plain, none)")
+    r.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="baselines evaluated at once, each in its own process (default: 2; 1 on one core)",
+    )
 
     d = sub.add_parser("demo", help="SAAR on vs off with the warm embedded CPU model on generated AIME-style problems")
     d.add_argument("--model", default=DEMO_MODEL, help="embedded/smollm2-tools: the project's tool-using warm model")
@@ -247,7 +253,12 @@ def regression_main(args: argparse.Namespace) -> int:
 
     log_dir = args.log_dir or str(Path("results/runs/regression") / _run_name())
     return regression(
-        args.baselines, log_dir=log_dir, from_logs=args.from_logs or (), update=args.update, display=args.display
+        args.baselines,
+        log_dir=log_dir,
+        from_logs=args.from_logs or (),
+        update=args.update,
+        display=args.display,
+        jobs=args.jobs,
     )
 
 

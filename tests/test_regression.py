@@ -165,9 +165,28 @@ def test_real_replay_run_meets_its_baseline_and_a_tampered_copy_fails(tmp_path: 
     tampered = tmp_path / "tampered.yaml"
     tampered.write_text(yaml.safe_dump(data))
     lines.clear()
-    assert regression([tampered], log_dir=tmp_path / "runs2", echo=lines.append) == 1
+    # two at once, each in its own process: the verdicts come in the baselines' order
+    assert regression([tampered, source], log_dir=tmp_path / "runs2", jobs=2, echo=lines.append) == 1
+    assert lines[0].startswith("FAIL  tampered") and lines[2].startswith("PASS  aime25-replay-saar-on"), lines
+    assert "task aime25" in lines[1] and "metric accuracy expected 0 ± 0.1, measured 0.666667" in lines[1]
+    assert lines[-1] == "regression: 1 passed, 1 failed"
+
+
+def test_a_worker_process_that_dies_fails_its_baseline_by_name(tmp_path: Path):
+    """An eval whose process dies (here its task exits the interpreter) fails that baseline, not the others."""
+    dies = tmp_path / "dies.py"
+    dies.write_text("import os\nfrom inspect_ai import task\n\n\n@task\ndef dies(**args):\n    os._exit(9)\n")
+    good = BASELINES_DIR / "aime25-replay-saar-on.yaml"
+    lines: list[str] = []
+    assert regression(
+        [_baseline(tmp_path, "dies", task=f"{dies}@dies", model="replay/aime25.yaml"), good],
+        log_dir=tmp_path,
+        jobs=2,
+        echo=lines.append,
+    )
     out = "\n".join(lines)
-    assert "task aime25" in out and "metric accuracy expected 0 ± 0.1, measured 0.666667" in out
+    assert lines[0].startswith("FAIL  dies") and "BrokenProcessPool" in lines[1], out
+    assert lines[-2].startswith("PASS  aime25-replay-saar-on"), out  # the other process ran on
 
 
 def test_a_run_that_errors_fails_the_regression(tmp_path: Path):

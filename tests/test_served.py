@@ -207,16 +207,19 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
     from inspect_ai.log import resolve_sample_attachments
     from inspect_ai.model import get_model
 
-    from harness.engines.serve import served_dir, server_env
+    from harness.engines.serve import BLOCK_SIZE, ONE_ENGINE_PROCESS, served_dir, server_env
 
     needs_vllm()
-    for key, value in server_env({}).items():  # KV cache, offline, no usage statistics (tox sets them too)
+    # KV cache, offline, no usage statistics (tox sets them too); the model in the engine-core process
+    for key, value in {**server_env({}), **ONE_ENGINE_PROCESS}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("VLLM_BASE_URL", raising=False)
     monkeypatch.chdir(ROOT)
     model_dir = served_dir("smollm2-tools")
     args = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes", "host": LOOPBACK, "enforce_eager": True}
-    args |= {"no_enable_chunked_prefill": True, "max_num_batched_tokens": 4096}  # vLLM 0.32 CPU: see serve_argv
+    # vLLM 0.32 on CPU, as harness.engines.serve.serve_argv says why
+    args |= {"no_enable_chunked_prefill": True, "max_num_batched_tokens": 4096, "block_size": BLOCK_SIZE}
+    args |= {"distributed_executor_backend": "uni"}
     # One eval, one model: Inspect starts one server for both arms. Not memoized, and closed on leaving the block:
     # Inspect otherwise keeps the server it started until the process exits (here: the rest of the test session).
     with get_model(f"vllm/{model_dir}", memoize=False, **args, max_model_len=4096, dtype="bfloat16") as model:
