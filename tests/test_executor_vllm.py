@@ -88,9 +88,11 @@ def _sampling_params(saar: bool):
 
 
 def _env() -> dict[str, str]:
-    from harness.engines.serve import server_env
+    from harness.engines.serve import ONE_ENGINE_PROCESS, server_env
 
+    # the CPU settings of the project's engines: the model in the engine-core process (no polling worker)
     env = {k: v for k, v in server_env().items() if k.startswith(("VLLM_", "HF_", "TRANSFORMERS_", "DO_NOT"))}
+    env.update(ONE_ENGINE_PROCESS)
     env.update(CLEANER_AGENT_CONFIG=CONFIG.to_json(), RAY_USAGE_STATS_ENABLED="0", VLLM_HOST_IP="127.0.0.1")
     return env
 
