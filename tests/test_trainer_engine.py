@@ -171,3 +171,14 @@ def test_the_engine_runs_the_model_in_its_engine_core_process(engine):
     assert any(t.startswith("VLLM::EngineCore") for t in titles), titles
     assert not any(t.startswith("VLLM::Worker") for t in titles), titles
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ
+
+
+def test_a_closed_engine_leaves_no_socket_for_a_later_garbage_collection_to_wait_on(engine):
+    """Last in the module (it closes the module's engine). Closed from outside its event loop, as the module's fixture
+    and the CPU trainer close it, vLLM only schedules its sockets' closing on a loop that may never run again; the
+    open sockets then made a later ``gc.collect()`` (accelerate's, in the next module's training run) block for ever
+    in ``zmq_ctx_term``."""
+    sampler, _ = engine
+    sampler.close()
+    context = sampler.engine.engine_core.ctx
+    assert not [s for s in context._sockets if not s.closed]

@@ -316,6 +316,21 @@ def one_engine_process() -> Iterator[None]:
         yield
 
 
+def shutdown_engine(engine: Any) -> None:
+    """``AsyncLLM.shutdown()``, then every ZeroMQ socket of the engine's client closed at once.
+
+    Shut down from outside the event loop its client ran on, vLLM 0.32 only schedules the closing of the client's
+    sockets on that loop (``call_soon_threadsafe``). A loop that never runs again leaves them open, and whatever
+    garbage-collects the client's context later blocks for ever in ``zmq_ctx_term`` (seen: a CPU training run hung
+    in accelerate's ``gc.collect()``, on the context of an engine closed before its loop was). Closing an already
+    closed socket does nothing, so the scheduled close, if it ever runs, is harmless.
+    """
+    engine.shutdown()
+    context = getattr(getattr(engine, "engine_core", None), "ctx", None)
+    for sock in list(getattr(context, "_sockets", None) or ()):  # pyzmq's record of the context's open sockets
+        sock.close(linger=0)
+
+
 def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a vLLM process on CPU: offline, no usage statistics sent anywhere, a KV cache.
 

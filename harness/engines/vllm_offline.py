@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core import chat
 from harness.core.messages import Generation, Message
-from harness.engines.serve import MAX_MODEL_LEN, ServeError, one_engine_process, server_env, vllm_missing
+from harness.engines.serve import (
+    MAX_MODEL_LEN,
+    ServeError,
+    one_engine_process,
+    server_env,
+    shutdown_engine,
+    vllm_missing,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -136,4 +143,4 @@ class OfflineEngine:
         return generate
 
     def shutdown(self) -> None:
-        self.engine.shutdown()
+        shutdown_engine(self.engine)

@@ -172,4 +172,6 @@ class EngineSampler:
         return seconds
 
     def close(self) -> None:
-        self.engine.shutdown()
+        from harness.engines.serve import shutdown_engine  # noqa: PLC0415
+
+        shutdown_engine(self.engine)
