@@ -137,6 +137,8 @@ class Soak:
         self.kills: list[dict[str, Any]] = []
         self.errors: list[str] = []  #: exceptions outside the calls (acquire, release)
         self.uids: set[int] = set()  #: the local sandboxes' uids (checked for leftovers afterwards)
+        #: children this process had before the soak (a host's own helpers): not the soak's to leave or remove
+        self.children_before = set(_children(os.getpid()))
         self.t0 = time.monotonic()
         self.stop_at = self.t0 + args.minutes * 60
         self.backend: Any = None
@@ -260,7 +262,8 @@ class Soak:
         deadline = time.monotonic() + 60
         while True:
             left = [f"process {pid}" for pid in _marked_processes()]
-            left += [f"child process {pid} ({_comm(pid)})" for pid in _children(os.getpid())]
+            new = (pid for pid in _children(os.getpid()) if pid not in self.children_before)
+            left += [f"child process {pid} ({_comm(pid)})" for pid in new]
             if self.args.backend == "docker":
                 from sandboxes import docker_engine as engine
 

@@ -9,6 +9,7 @@ loop must have killed something.
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
@@ -43,7 +44,14 @@ def test_soak_local_with_its_bwrap_processes_killed(capsys: pytest.CaptureFixtur
             pytest.skip("the local chaos kills bwrap processes; bwrap does not run here")
     finally:
         sandbox._discard()
-    out = _run(capsys, "--backend", "local", "--clients", "4", "--minutes", "0.2", "--kill-every", "1")
+    # a child the host had before the soak (in the full suite: multiprocessing's resource tracker) is not a leftover
+    helper = subprocess.Popen(["sleep", "300"])
+    try:
+        out = _run(capsys, "--backend", "local", "--clients", "4", "--minutes", "0.2", "--kill-every", "1")
+        assert helper.poll() is None  # and the soak left it alone
+    finally:
+        helper.kill()
+        helper.wait()
     assert out["sandbox_failed"] >= 1, out  # a bwrap killed mid-call is the sandbox's failure
 
 
