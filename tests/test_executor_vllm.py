@@ -29,6 +29,7 @@ import uuid
 from copy import deepcopy
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from needs import import_or_skip
@@ -222,7 +223,8 @@ def runs(tokenizer) -> dict[bool, list[dict]]:
     model = str(served_dir("smollm2-tools"))
     forced = os.environ.get("CLEANER_TEST_VLLM_ENGINE")  # "ray" or "in-process"; default: Ray where installed
     with_ray = forced == "ray" or (forced is None and importlib.util.find_spec("ray") is not None)
-    results, timing = (_via_ray if with_ray else _in_process)(model, tokenizer)
+    with mock.patch.dict(os.environ):  # the engine's environment, restored afterwards for the rest of the session
+        results, timing = (_via_ray if with_ray else _in_process)(model, tokenizer)
     print(f"\nexecutor on vLLM: {json.dumps(timing)}")
     return results
 
