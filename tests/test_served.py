@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,18 @@ def test_the_server_listens_on_loopback_only_with_the_tool_parser() -> None:
     assert named[named.index("--served-model-name") + 1] == "smollm2-tools"
     assert served_name("embedded/smollm2-tools") == "smollm2-tools" and served_name("/x/model.gguf") == "model"
     assert served_name(None) == "smollm2"
+
+
+def test_the_readmes_gpu_command_on_cpu_gives_the_servers_own_vllm_settings() -> None:
+    """The README's ``inspect eval ... --model vllm/...`` gives Inspect exactly the settings ``harness serve`` uses."""
+    from harness.engines.serve import CPU_SERVER_ARGS
+
+    readme = (ROOT / "README.md").read_text()
+    command = readme[readme.index("inspect eval tasks/aime24.py --model vllm/") :].split("\n#", 1)[0]
+    given = dict(m.split("=", 1) for m in re.findall(r"-M (\S+=\S+)", command))
+    expected = {k: "true" if v is True else str(v) for k, v in CPU_SERVER_ARGS.items()}
+    assert given == {**expected, "host": LOOPBACK, "max_model_len": "4096"}
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING=0 inspect eval tasks/aime24.py --model vllm/" in readme  # ONE_ENGINE_PROCESS
 
 
 def _model_cache_without_served_dirs(root: Path) -> Path:
@@ -207,7 +220,7 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
     from inspect_ai.log import resolve_sample_attachments
     from inspect_ai.model import get_model
 
-    from harness.engines.serve import BLOCK_SIZE, ONE_ENGINE_PROCESS, served_dir, server_env
+    from harness.engines.serve import CPU_SERVER_ARGS, ONE_ENGINE_PROCESS, served_dir, server_env
 
     needs_vllm()
     # KV cache, offline, no usage statistics (tox sets them too); the model in the engine-core process
@@ -216,10 +229,7 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
     monkeypatch.delenv("VLLM_BASE_URL", raising=False)
     monkeypatch.chdir(ROOT)
     model_dir = served_dir("smollm2-tools")
-    args = {"enable_auto_tool_choice": True, "tool_call_parser": "hermes", "host": LOOPBACK, "enforce_eager": True}
-    # vLLM 0.32 on CPU, as harness.engines.serve.serve_argv says why
-    args |= {"no_enable_chunked_prefill": True, "max_num_batched_tokens": 4096, "block_size": BLOCK_SIZE}
-    args |= {"distributed_executor_backend": "uni"}
+    args = {**CPU_SERVER_ARGS, "host": LOOPBACK}  # vLLM 0.32 on CPU, as the README's GPU command on CPU gives them
     # One eval, one model: Inspect starts one server for both arms. Not memoized, and closed on leaving the block:
     # Inspect otherwise keeps the server it started until the process exits (here: the rest of the test session).
     with get_model(f"vllm/{model_dir}", memoize=False, **args, max_model_len=4096, dtype="bfloat16") as model:

@@ -36,7 +36,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -258,6 +258,34 @@ def served_name(name: str | None) -> str:
     return Path(model_spec(name) or "smollm2").name.removesuffix(".gguf")
 
 
+#: vLLM 0.32 on CPU, in one place for ``vllm serve`` (:func:`serve_argv`) and for Inspect's ``vllm/`` provider,
+#: which starts the server from the same keys (``-M key=value``; the README's "GPU command, on CPU").
+CPU_SERVER_ARGS: dict[str, str | int | bool] = {
+    # eager mode: 30 s to start instead of 90, the same throughput on CPU
+    "enforce_eager": True,
+    # a seeded request whose prefill is chunked kills the engine ("CPU Generator does not use offset",
+    # gpu_model_runner._bookkeeping_sync rewinds the request's generator): whole prefills only
+    "no_enable_chunked_prefill": True,
+    "max_num_batched_tokens": MAX_MODEL_LEN,
+    # KV blocks of 32 tokens instead of the CPU default 128: a turn's request re-uses its context from the
+    # prefix cache up to the last full block, so a smaller block leaves less of it to compute again
+    "block_size": BLOCK_SIZE,
+    # the model runs in the engine-core process, not in a worker process of its own (see ONE_ENGINE_PROCESS)
+    "distributed_executor_backend": "uni",
+    "enable_auto_tool_choice": True,
+    "tool_call_parser": TOOL_PARSER,
+}
+
+
+def as_flags(args: Mapping[str, str | int | bool]) -> list[str]:
+    """``{"block_size": 32, "enforce_eager": True}`` as ``vllm serve`` flags: ``--block-size 32 --enforce-eager``."""
+    flags: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        flags += [flag] if value is True else [flag, str(value)]
+    return flags
+
+
 def serve_argv(
     model_dir: Path,
     port: int,
@@ -266,36 +294,13 @@ def serve_argv(
     max_model_len: int = MAX_MODEL_LEN,
     name: str | None = None,
 ) -> list[str]:
-    """The ``vllm serve`` command line for ``model_dir`` on loopback ``port``: the hermes tool parser, eager mode
-    (30 s to start instead of 90, the same throughput on CPU), no chunked prefill (see below)."""
+    """The ``vllm serve`` command line for ``model_dir`` on loopback ``port`` with :data:`CPU_SERVER_ARGS`."""
+    args = {**CPU_SERVER_ARGS, "max_num_batched_tokens": max_model_len}
     return [
         str(Path(sys.executable).with_name("vllm")),
         "serve",
         str(model_dir),
-        "--host",
-        LOOPBACK,
-        "--port",
-        str(port),
-        "--dtype",
-        dtype,
-        "--max-model-len",
-        str(max_model_len),
-        "--enforce-eager",
-        # vLLM 0.32 on CPU: a seeded request whose prefill is chunked kills the engine ("CPU Generator does not
-        # use offset", gpu_model_runner._bookkeeping_sync rewinds the request's generator); whole prefills only
-        "--no-enable-chunked-prefill",
-        "--max-num-batched-tokens",
-        str(max_model_len),
-        # KV blocks of 32 tokens instead of the CPU default 128: a turn's request re-uses its context from the
-        # prefix cache up to the last full block, so a smaller block leaves less of it to compute again
-        "--block-size",
-        str(BLOCK_SIZE),
-        # the model runs in the engine-core process, not in a worker process of its own (see ONE_ENGINE_PROCESS)
-        "--distributed-executor-backend",
-        "uni",
-        "--enable-auto-tool-choice",
-        "--tool-call-parser",
-        TOOL_PARSER,
+        *as_flags({"host": LOOPBACK, "port": port, "dtype": dtype, "max_model_len": max_model_len, **args}),
         *(["--served-model-name", name] if name else []),
     ]
 

@@ -59,7 +59,7 @@ class OfflineEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.model_dir = Path(model_dir)
-        args = AsyncEngineArgs(  # no chunked prefill: see harness.engines.serve.serve_argv
+        args = AsyncEngineArgs(  # no chunked prefill: see harness.engines.serve.CPU_SERVER_ARGS
             model=str(model_dir),
             dtype=dtype,
             max_model_len=max_model_len,
