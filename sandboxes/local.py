@@ -28,6 +28,10 @@ Policy (limits, isolation, environment) lives in :mod:`sandboxes.local_policy` a
 :mod:`sandboxes.local_procs`; this module is the sandbox: its directories, files in and
 out, and the structured result.
 
+Each sandbox's directory holds its owner's labels (:mod:`sandboxes.owner`); a SIGKILLed process runs no
+clean-up, so a new :class:`~sandboxes.local_pool.LocalBackend` removes the directories of dead owners
+(:func:`reap_orphan_dirs`), never anyone else's.
+
 Every :class:`~sandboxes.base.ExecResult` says in ``extra`` which backend and
 isolation ran (``{"backend": "local", "isolation": "bwrap", "bwrap": PATH, ...}``).
 
@@ -41,6 +45,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import json
+import logging
 import math
 import os
 import shutil
@@ -58,6 +64,7 @@ from sandboxes.errors import classify
 from sandboxes.isolation import BWRAP_WORKDIR, bwrap_argv, find_bwrap, interpreter
 from sandboxes.local_policy import LocalConfig, choose_isolation, scrubbed_env, set_rlimits
 from sandboxes.local_procs import UID_LOCK_DIR, _pids_of_uid, _text, _UidLease, kill_uid, run_fenced
+from sandboxes.owner import orphaned, owner_labels
 
 __all__ = [
     "UID_LOCK_DIR",
@@ -69,6 +76,11 @@ __all__ = [
     "kill_uid",
 ]
 
+logger = logging.getLogger(__name__)
+
+#: The prefix of every sandbox's directory (in the system's temporary directory) and its owner's labels there.
+DIR_PREFIX = "cleaner-sbx-"
+OWNER_FILE = "owner.json"
 #: Code longer than this (bytes) is run from a file instead of ``-c`` (Linux caps one argument at 128 KiB).
 _MAX_ARG = 100_000
 _PROGRAM_FILE = "_program.py"
@@ -92,8 +104,9 @@ class LocalSandbox(Sandbox):
         self.choice = choose_isolation(self.config)
         self.isolation = self.choice.isolation
         self._lease = _UidLease(self.config.uid_range) if os.geteuid() == 0 else None
-        self._base = Path(tempfile.mkdtemp(prefix="cleaner-sbx-")).resolve()
+        self._base = Path(tempfile.mkdtemp(prefix=DIR_PREFIX)).resolve()
         os.chmod(self._base, 0o755)
+        (self._base / OWNER_FILE).write_text(json.dumps(owner_labels()))
         self.workdir = self._base / "work"
         self._tmpdir = self._base / "tmp"
         self._make_dirs()
@@ -364,6 +377,23 @@ class LocalSandbox(Sandbox):
 
 
 _open_sandboxes: weakref.WeakSet[LocalSandbox] = weakref.WeakSet()
+
+
+def reap_orphan_dirs(root: Path | None = None) -> list[Path]:
+    """Remove the sandbox directories in ``root`` (the system's temporary directory) that a dead process of this
+    project left (SIGKILL runs no clean-up); the paths removed. A directory without owner labels is left alone."""
+    reaped = []
+    for base in Path(root or tempfile.gettempdir()).glob(f"{DIR_PREFIX}*"):
+        try:
+            labels = json.loads((base / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            continue  # not provably ours: an older run's, or no sandbox's
+        if isinstance(labels, dict) and orphaned(labels):
+            shutil.rmtree(base, ignore_errors=True)
+            reaped.append(base)
+    if reaped:
+        logger.warning("removed %d local sandbox directories left by dead processes", len(reaped))
+    return reaped
 
 
 @atexit.register

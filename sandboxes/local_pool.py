@@ -16,7 +16,8 @@ class LocalBackend(Backend):
 
     A released sandbox is reset (leftover processes killed, work dir emptied) and
     kept for the next :meth:`acquire`, up to ``max_idle`` of them; beyond that it is
-    closed. Options are those of :class:`~sandboxes.local.LocalConfig`.
+    closed. A new backend removes the sandbox directories of dead processes (SIGKILL runs no clean-up;
+    :func:`~sandboxes.local.reap_orphan_dirs`). Options are those of :class:`~sandboxes.local.LocalConfig`.
 
     Raises:
         IsolationUnavailable: programs could not be isolated here (decided now, not at the first acquire).
@@ -25,7 +26,7 @@ class LocalBackend(Backend):
     name = "local"
 
     def __init__(self, *, max_idle: int = 8, **options: Any) -> None:
-        from sandboxes.local import LocalConfig, choose_isolation
+        from sandboxes.local import LocalConfig, choose_isolation, reap_orphan_dirs
 
         if max_idle < 0:
             raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
@@ -35,6 +36,7 @@ class LocalBackend(Backend):
         self._idle: list[Sandbox] = []
         self._all: set[Sandbox] = set()
         self._closed = False
+        reap_orphan_dirs()
 
     async def _new(self) -> Sandbox:
         from sandboxes.local import LocalSandbox

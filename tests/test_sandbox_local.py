@@ -303,6 +303,33 @@ async def test_closed_sandbox_refuses_and_cleans_up() -> None:
         await sandbox.run_python("print(1)")
 
 
+async def test_a_new_backend_removes_what_a_killed_process_left_and_nothing_else() -> None:
+    """SIGKILL runs no clean-up: the next backend removes a dead owner's sandbox directory, not a live one's."""
+    from sandboxes.local_pool import LocalBackend
+
+    program = (
+        "import sys; from sandboxes.local import LocalSandbox; box = LocalSandbox(); "
+        "print(box.workdir.parent, flush=True); sys.stdin.read()"
+    )
+    child = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    left = Path(child.stdout.readline().strip())
+    live = LocalSandbox()  # this process's own, alive
+    not_ours = Path(tempfile.mkdtemp(prefix="cleaner-sbx-"))  # no owner labels: not provably ours
+    try:
+        LocalBackend()
+        assert left.is_dir()  # its owner is still alive
+        child.kill()
+        child.wait()
+        await LocalBackend().shutdown()
+        assert not left.exists()
+        assert live.workdir.is_dir() and not_ours.is_dir()
+    finally:
+        child.kill()
+        await live.close()
+        not_ours.rmdir()
+
+
 # ------------------------------------------------------------------ isolation policy
 
 
