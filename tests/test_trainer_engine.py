@@ -116,18 +116,23 @@ def _engine_greedy(sampler: EngineSampler, loop, prompts) -> list[list[int]]:
     return loop.run_until_complete(all_of())
 
 
-def _model_greedy(model, prompts) -> list[list[int]]:
+#: Two logits closer than this are a tie that float32 kernels may break either way (vLLM's CPU kernels and torch's sum
+#: in other orders: the full suite once saw the engine take the runner-up at a near-tie, token 6 of a prompt)
+TIE = 0.02
+
+
+def _not_the_models_choice(model, prompts, generated) -> list[tuple[int, int, float]]:
+    """(prompt, position, gap) wherever a token the engine chose greedily is not the trainer's model's argmax, nor
+    within :data:`TIE` of it, with the engine's own tokens fed to the model (so one tie does not shift the rest)."""
     import torch
 
-    out = []
+    wrong = []
     with torch.no_grad():
-        for ids in prompts:
-            seq = list(ids)
-            for _ in range(GREEDY_TOKENS):  # plain argmax decoding, no generation config in the way
-                logits = model(torch.tensor([seq])).logits[0, -1]
-                seq.append(int(logits.argmax()))
-            out.append(seq[len(ids) :])
-    return out
+        for p, (ids, gen) in enumerate(zip(prompts, generated, strict=True)):
+            logits = model(torch.tensor([ids + gen])).logits[0, len(ids) - 1 : -1].float()
+            gaps = logits.max(-1).values - logits.gather(-1, torch.tensor(gen)[:, None])[:, 0]
+            wrong += [(p, i, round(float(g), 4)) for i, g in enumerate(gaps) if g > TIE]
+    return wrong
 
 
 def test_merged_weights_are_the_checkpoint_names_and_the_lora_deltas(policy):
@@ -155,7 +160,8 @@ def test_after_a_sync_the_engine_generates_what_the_trainers_model_generates(pol
     seconds = loop.run_until_complete(sampler.sync(model, step=1))
     assert seconds > 0 and sampler.synced_step == 1
     after = _engine_greedy(sampler, loop, prompts)
-    assert after == _model_greedy(model, prompts)  # token for token, every prompt
+    assert _not_the_models_choice(model, prompts, after) == []  # token for token, every prompt (ties aside)
+    assert _not_the_models_choice(model, prompts, before)  # and the stale weights' choices are not the model's
     assert after != before  # the random LoRA changed what the model says: the sync did something
     assert loop.run_until_complete(sampler.sync(model, step=1)) == 0.0  # once per optimizer step
 

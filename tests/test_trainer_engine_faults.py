@@ -41,12 +41,12 @@ def _kill_engine_processes() -> int:
 
 
 def test_an_engine_that_dies_mid_step_stops_the_step_unscored_and_resume_redoes_it(tmp_path, monkeypatch):
-    """A 3-step run whose engine dies under step 2: the step stops unscored, and --resume redoes it."""
+    """A 2-step run whose engine dies under step 2: the step stops unscored, and --resume redoes it."""
     from trainers.core.engine_sync import EngineSampler
     from trainers.core.faults import EngineDied
 
     recipe_path = tmp_path / "engine-run.yaml"
-    recipe_path.write_text(engine_run_recipe(steps=3))
+    recipe_path.write_text(engine_run_recipe(steps=2))
     recipe = load_recipe(recipe_path)
     generate, killed = EngineSampler.__call__, []
 
@@ -70,9 +70,9 @@ def test_an_engine_that_dies_mid_step_stops_the_step_unscored_and_resume_redoes_
     rows = (run / "metrics.jsonl").read_text().splitlines()
     assert rows[0] == logged[0]  # nothing already logged is lost or rewritten
     rows = [json.loads(x) for x in rows]
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert [r["step"] for r in rows] == [1, 2]
     assert all(r["sync_s"] > 0 for r in rows)  # the weights went in before each step's rollouts
     assert all("gen_batches" not in r for r in rows)
     assert all(r["trajectories"] == 2 for r in rows)  # 1 problem x 2 rollouts per step
     assert all(r["tokens_generated"] > 0 for r in rows)
-    assert (run / "checkpoints" / "checkpoint-3").is_dir()
+    assert (run / "checkpoints" / "checkpoint-2").is_dir()
