@@ -6,7 +6,9 @@ one slow test tokenizes a correction with the real tokenizer.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import time
 
 import pytest
 from tiny_models import tiny_lora_model
@@ -113,6 +115,53 @@ async def test_what_counts_as_a_correction(box):
     still = await sampled(box, call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=False)
     assert select([same, still]) == []
     assert differs(None, RIGHT) and not differs(RIGHT + "\n", RIGHT) and not differs(RIGHT, None)
+
+
+class Searched:
+    """A scripted model for the correction search: per seed, the failed program again, another failing one, or
+    a program that runs; it records every context it saw."""
+
+    def __init__(self, *codes: str) -> None:
+        self.codes, self.contexts = codes, []
+
+    async def __call__(self, context: list[Message], *, seed: int | None = None) -> Generation:
+        self.contexts.append(context)
+        text = call(random.Random(seed).choice(self.codes), "Searched.")
+        return Generation(text=text, output_tokens=len(text) // 4)
+
+
+async def test_the_search_keeps_a_different_call_that_runs_after_a_failure_saar_did_not_correct(box):
+    from sandboxes.backends import get_backend
+    from trainers.warmup.search import search_corrections, uncorrected
+
+    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2))
+    stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
+    purified = await sampled(box, call(BROKEN), call(RIGHT), "\\boxed{42}", saar=True)
+    assert stuck.trajectory.events and not any(e.ok for e in stuck.trajectory.events)
+    assert [e.turn for e, _ in uncorrected(stuck)] == [0] and list(uncorrected(purified)) == []
+
+    backend = get_backend("local")
+    try:
+        model = Searched(BROKEN, "print(also_undefined)", RIGHT)
+        found = await search_corrections([stuck, purified], model, backend, lambda s: config, k=8, concurrency=4)
+        assert len(model.contexts) == 8  # the purified trajectory's failure is not searched again
+        nothing = await search_corrections([stuck], Searched(BROKEN), backend, lambda s: config, k=4, concurrency=4)
+        # a regeneration without a call records no failed program: the failed turn in context is the one compared,
+        # so a repeat of a program that failed by chance (here: too early) and then runs is still no correction
+        flaky = f"import time\nassert time.time() > {time.time() + 0.5}"
+        gave_up = await sampled(box, call(flaky), "I cannot fix it.", saar=True)
+        assert [e.action for e in gave_up.trajectory.events] == ["no_call"]
+        await asyncio.sleep(0.6)
+        nothing += await search_corrections([gave_up], Searched(flaky), backend, lambda s: config, k=4, concurrency=4)
+    finally:
+        await backend.shutdown()
+    assert nothing == []  # the failed program again is no correction, however often it is drawn
+    [correction] = found
+    assert correction.source == "correction_search"
+    context, turn = correction.demo.messages[:-1], correction.demo.messages[-1]
+    assert context == model.contexts[0]  # what the first regeneration saw: the failed call and its real error last
+    assert context[-2].call.code == BROKEN and context[-1].role == "tool" and "NameError" in context[-1].content
+    assert turn.call.code == RIGHT and correction.demo.trained_turns == [1]
 
 
 @pytest.mark.slow
@@ -276,3 +325,14 @@ def test_an_adapter_directory_works_as_a_model_spec(tmp_path):
 def test_the_generators_training_seeds_are_the_rounds():
     ids = {p.id for p in round_problems(IterateConfig(), 1)}
     assert ids.isdisjoint({p.id for p in generate(24, seed=1000, prefix="heldout")})
+
+
+def test_the_committed_run_from_before_the_search_resumes_and_not_with_the_search_on():
+    from pathlib import Path
+
+    from trainers.warmup.iterate import read_manifest
+
+    committed = Path(__file__).resolve().parents[1] / "results" / "warmup" / "expert-iteration"
+    assert len(read_manifest(committed, IterateConfig())["rounds"]) == 1
+    with pytest.raises(ValueError, match="other settings"):
+        read_manifest(committed, IterateConfig(search=8))  # the search changes what a round trains on

@@ -10,7 +10,9 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    shared rollout core and the local sandbox: temperature 1.0, top_p 1.0, SAAR on (3 retries), 3 turns
    of at most 256 tokens. Every trajectory's seed derives from (run seed, round, problem, sample).
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
-   with failed turns masked, and the model's own corrections, trained on the corrected turn only.
+   with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
+   ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
+   correct (:mod:`trainers.warmup.search`), the first different call that runs kept as a correction.
 3. **Fine-tuning** with the SFT's own loop and loss mask (:func:`~trainers.warmup.build.fit`, ``steps``
    steps of ``batch_size``, micro-batches of ``micro_batch``), continuing the start adapter's LoRA.
 4. **Sync.** The merged weights go into the engine (:func:`trainers.core.engine_sync.sync_weights`:
@@ -59,6 +61,7 @@ from trainers.warmup.build import (
     trained_tokens,
     write_adapter,
 )
+from trainers.warmup.search import search_corrections, uncorrected
 from trainers.warmup.selection import Recorder, Sampled, Selected, counts, select
 
 DEFAULT_OUT = "results/warmup/expert-iteration"
@@ -82,6 +85,7 @@ class IterateConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_retries: int = 3  #: SAAR regenerations per failed turn
+    search: int = 0  #: more samples at each failure SAAR did not correct (0: none; :mod:`trainers.warmup.search`)
     steps: int = 8  #: optimizer steps per round
     batch_size: int = 8
     micro_batch: int = 4  #: rows per forward pass (a first run with whole batches of long rows was OOM-killed)
@@ -94,14 +98,15 @@ class IterateConfig:
         for name in ("rounds", "problems", "samples", "max_turns", "max_tokens", "steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"warmup-iterate: --{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if self.micro_batch < 1 or self.concurrency < 1 or self.threads < 1:
-            raise ValueError("warmup-iterate: --micro-batch, --concurrency and --threads must be >= 1")
+        if self.micro_batch < 1 or self.concurrency < 1 or self.threads < 1 or self.search < 0:
+            raise ValueError("warmup-iterate: --micro-batch, --concurrency, --threads must be >= 1, --search >= 0")
         if problem_seed(self.seed, self.rounds) >= HELD_OUT_SEED:
             raise ValueError(f"warmup-iterate: seed {self.seed} with {self.rounds} rounds reaches held-out seeds")
 
     def identity(self) -> dict[str, Any]:
-        """What must match for a run to resume another (every setting but the number of rounds)."""
-        return {k: v for k, v in asdict(self).items() if k != "rounds"}
+        """What must match for a run to resume another (every setting but the number of rounds; ``search`` only when
+        on, so a run from before it existed resumes)."""
+        return {k: v for k, v in asdict(self).items() if k != "rounds" and not (k == "search" and v == 0)}
 
 
 def problem_seed(seed: int, round_: int) -> int:
@@ -296,7 +301,13 @@ async def one_round(
     problems = round_problems(cfg, round_)
     sampled = await sample_round(cfg, round_, make_generate, backend, problems)
     rollout_s = time.monotonic() - round_started - sync_s
-    selected = select(sampled)
+    search_started = time.monotonic()
+    points = sum(1 for s in sampled for _ in uncorrected(s)) if cfg.search else 0
+    searched = await search_corrections(
+        sampled, make_generate(), backend, lambda s: rollout_settings(cfg, s.problem), cfg.search, cfg.concurrency
+    ) if points else []  # fmt: skip
+    search_s = time.monotonic() - search_started
+    selected = select(sampled) + searched
     examples, groups, dropped = round_examples(tokenizer, selected)
     train_s, losses = 0.0, []
     if examples:
@@ -311,6 +322,7 @@ async def one_round(
         "problem_seed": problem_seed(cfg.seed, round_),
         "kinds": dict(sorted(_kinds(problems).items())),
         "sampling": sampling_figures(sampled),
+        "search": {"failure_points": points, "samples_each": cfg.search, "corrections": len(searched)},
         "selected": counts(selected),
         "selected_problems": len({s.demo.problem.id for s in selected}),
         "dropped_untokenizable": dropped,
@@ -320,6 +332,7 @@ async def one_round(
         "losses": [round(x, 4) for x in losses],
         "sync_seconds": round(sync_s, 1),
         "rollout_seconds": round(rollout_s, 1),
+        "search_seconds": round(search_s, 1),
         "train_seconds": round(train_s, 1),
         "round_seconds": round(time.monotonic() - round_started, 1),
         "load_average_1min_at_end": round(os.getloadavg()[0], 2),
@@ -351,6 +364,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "temperature": "sampling temperature",
         "top_p": "sampling top_p",
         "max_retries": "SAAR regenerations per failed turn",
+        "search": "more samples at each failure SAAR did not correct, the first different call that runs kept (0: off)",
         "steps": "optimizer steps per round",
         "batch_size": "demonstrations per step",
         "micro_batch": "rows per forward pass (the step's gradient stays the whole batch's)",

@@ -30,7 +30,9 @@ from harness.core.metrics import INSTALLED_ACTIONS
 from harness.core.rollout import Generate, Trajectory, to_assistant
 from trainers.warmup.build import Demonstration, _failed_turns
 
-Source = Literal["right", "right_recovered", "right_purified", "correction_saar", "correction_next_turn"]
+Source = Literal[
+    "right", "right_recovered", "right_purified", "correction_saar", "correction_next_turn", "correction_search"
+]
 
 
 @dataclass(frozen=True)
