@@ -175,3 +175,20 @@ def test_ablation_rejects_bad_options():
         AblationConfig(seeds=())
     with pytest.raises(ValueError, match=r"ablation\.steps must be >= 1"):
         AblationConfig(steps=0)
+
+
+def test_the_ablation_runs_both_arms_on_the_engine_asked_for():
+    import argparse
+
+    from trainers.cpu.ablation import add_arguments, arm_recipe, config_from_args
+
+    recipe = load_recipe("cpu-ablation")
+    on, off = (arm_recipe(recipe, arm, 1, 3, "vllm") for arm in ("on", "off"))
+    assert on.cpu["engine"] == off.cpu["engine"] == "vllm"
+    assert on.executor.saar["enabled"] and not off.executor.saar["enabled"]
+    assert "engine" not in arm_recipe(recipe, "on", 1, 3).cpu  # the recipe's own (hf, CpuConfig's default)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert config_from_args(parser.parse_args(["--engine", "vllm"])).engine == "vllm"
+    with pytest.raises(ValueError, match="cpu.engine must be one of"):
+        CpuConfig.from_dict(arm_recipe(recipe, "on", 1, 3, "sglang").cpu, "r.yaml")

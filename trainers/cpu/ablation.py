@@ -62,6 +62,7 @@ class AblationConfig:
     jobs: int = field(
         default=1, metadata={"help": "runs trained at once, in child processes (1 thread each)", "min": 1}
     )
+    engine: str = field(default="", metadata={"help": "what generates both arms' rollouts: hf or vllm (the recipe's)"})
     only: str = field(default="", metadata={"help": "train just this run, ARM:SEED (what --jobs children do)"})
     report_only: bool = field(default=False, metadata={"help": "only redraw the report from finished runs"})
 
@@ -97,10 +98,11 @@ def config_from_args(args: argparse.Namespace) -> AblationConfig:
     return AblationConfig(**{f.name: getattr(args, f.name) for f in fields(AblationConfig)})
 
 
-def arm_recipe(recipe: Recipe, arm: str, seed: int, steps: int) -> Recipe:
-    """The recipe of one run: SAAR on or off, the seed and step count set, no checkpoints."""
+def arm_recipe(recipe: Recipe, arm: str, seed: int, steps: int, engine: str = "") -> Recipe:
+    """The recipe of one run: SAAR on or off, the seed and step count set (and the engine, when given), no
+    checkpoints."""
     saar = {**recipe.executor.saar, "enabled": arm == "on"}
-    cpu = {**recipe.cpu, "seed": seed, "steps": steps, "save_steps": 0}
+    cpu = {**recipe.cpu, "seed": seed, "steps": steps, "save_steps": 0, **({"engine": engine} if engine else {})}
     return replace(recipe, name=f"saar-{arm}-seed{seed}", executor=replace(recipe.executor, saar=saar), cpu=cpu)
 
 
@@ -153,7 +155,7 @@ def train_arm(cfg: AblationConfig, recipe: Recipe, arm: str, seed: int, progress
         print(f"== seed {seed}, SAAR {arm} ({cfg.steps} steps) -> {run_dir}", flush=True)
     held_out = generated_items(cfg.eval_problems, seed=HELD_OUT_SEED, prefix="heldout") if cfg.eval_problems else []
     model_id = model_fingerprint(recipe.model)
-    with CpuTrainer(arm_recipe(recipe, arm, seed, cfg.steps), run_dir=run_dir, progress=progress) as run:
+    with CpuTrainer(arm_recipe(recipe, arm, seed, cfg.steps, cfg.engine), run_dir=run_dir, progress=progress) as run:
         warm_path = runs / f"warm-eval-seed{seed}.json"
         if held_out and arm == "off" and not warm_path.is_file():
             warm_path.write_text(json.dumps(run.evaluate(held_out, saar=False, seed=seed), indent=2))
@@ -183,8 +185,8 @@ def _run_children(cfg: AblationConfig, pending: list[tuple[str, int]], progress:
     """Run ``pending`` in at most ``cfg.jobs`` child processes; raise if one fails."""
     waiting, running, failed = list(pending), [], []
     base = [sys.executable, "-m", "trainers.cpu.ablation", "--recipe", cfg.recipe, "--steps", str(cfg.steps)]
-    base += ["--run", cfg.run, "--out", cfg.out, "--eval-problems", str(cfg.eval_problems), "--seeds"]
-    base += [str(s) for s in cfg.seeds]
+    base += ["--run", cfg.run, "--out", cfg.out, "--eval-problems", str(cfg.eval_problems), "--engine", cfg.engine]
+    base += ["--seeds", *map(str, cfg.seeds)]
     while waiting or running:
         while waiting and len(running) < cfg.jobs:
             arm, seed = waiting.pop(0)
