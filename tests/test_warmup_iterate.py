@@ -132,7 +132,7 @@ class Searched:
 
 async def test_the_search_keeps_a_different_call_that_runs_after_a_failure_saar_did_not_correct(box):
     from sandboxes.backends import get_backend
-    from trainers.warmup.search import search_corrections, uncorrected
+    from trainers.warmup.search import failure_points, search_corrections, uncorrected
 
     config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2))
     stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
@@ -143,16 +143,22 @@ async def test_the_search_keeps_a_different_call_that_runs_after_a_failure_saar_
     backend = get_backend("local")
     try:
         model = Searched(BROKEN, "print(also_undefined)", RIGHT)
-        found = await search_corrections([stuck, purified], model, backend, lambda s: config, k=8, concurrency=4)
+        found = await search_corrections(
+            failure_points([stuck, purified]), model, backend, lambda s: config, k=8, concurrency=4
+        )
         assert len(model.contexts) == 8  # the purified trajectory's failure is not searched again
-        nothing = await search_corrections([stuck], Searched(BROKEN), backend, lambda s: config, k=4, concurrency=4)
+        nothing = await search_corrections(
+            failure_points([stuck]), Searched(BROKEN), backend, lambda s: config, k=4, concurrency=4
+        )
         # a regeneration without a call records no failed program: the failed turn in context is the one compared,
         # so a repeat of a program that failed by chance (here: too early) and then runs is still no correction
         flaky = f"import time\nassert time.time() > {time.time() + 0.5}"
         gave_up = await sampled(box, call(flaky), "I cannot fix it.", saar=True)
         assert [e.action for e in gave_up.trajectory.events] == ["no_call"]
         await asyncio.sleep(0.6)
-        nothing += await search_corrections([gave_up], Searched(flaky), backend, lambda s: config, k=4, concurrency=4)
+        nothing += await search_corrections(
+            failure_points([gave_up]), Searched(flaky), backend, lambda s: config, k=4, concurrency=4
+        )
     finally:
         await backend.shutdown()
     assert nothing == []  # the failed program again is no correction, however often it is drawn

@@ -61,7 +61,7 @@ from trainers.warmup.build import (
     trained_tokens,
     write_adapter,
 )
-from trainers.warmup.search import search_corrections, uncorrected
+from trainers.warmup.search import failure_points, search_corrections
 from trainers.warmup.selection import Recorder, Sampled, Selected, counts, select
 
 DEFAULT_OUT = "results/warmup/expert-iteration"
@@ -104,9 +104,8 @@ class IterateConfig:
             raise ValueError(f"warmup-iterate: seed {self.seed} with {self.rounds} rounds reaches held-out seeds")
 
     def identity(self) -> dict[str, Any]:
-        """What must match for a run to resume another (every setting but the number of rounds; ``search`` only when
-        on, so a run from before it existed resumes)."""
-        return {k: v for k, v in asdict(self).items() if k != "rounds" and not (k == "search" and v == 0)}
+        """What must match for a run to resume another (every setting but the number of rounds)."""
+        return {k: v for k, v in asdict(self).items() if k != "rounds"}
 
 
 def problem_seed(seed: int, round_: int) -> int:
@@ -302,9 +301,9 @@ async def one_round(
     sampled = await sample_round(cfg, round_, make_generate, backend, problems)
     rollout_s = time.monotonic() - round_started - sync_s
     search_started = time.monotonic()
-    points = sum(1 for s in sampled for _ in uncorrected(s)) if cfg.search else 0
+    points = failure_points(sampled) if cfg.search else []
     searched = await search_corrections(
-        sampled, make_generate(), backend, lambda s: rollout_settings(cfg, s.problem), cfg.search, cfg.concurrency
+        points, make_generate(), backend, lambda s: rollout_settings(cfg, s.problem), cfg.search, cfg.concurrency
     ) if points else []  # fmt: skip
     search_s = time.monotonic() - search_started
     selected = select(sampled) + searched
@@ -322,7 +321,7 @@ async def one_round(
         "problem_seed": problem_seed(cfg.seed, round_),
         "kinds": dict(sorted(_kinds(problems).items())),
         "sampling": sampling_figures(sampled),
-        "search": {"failure_points": points, "samples_each": cfg.search, "corrections": len(searched)},
+        "search": {"failure_points": len(points), "samples_each": cfg.search, "corrections": len(searched)},
         "selected": counts(selected),
         "selected_problems": len({s.demo.problem.id for s in selected}),
         "dropped_untokenizable": dropped,

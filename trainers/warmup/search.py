@@ -24,7 +24,7 @@ from harness.core.rollout import Generate, RolloutConfig, RolloutState, to_assis
 from harness.core.saar import SaarEvent
 from sandboxes.base import Backend
 from trainers.warmup.build import Demonstration
-from trainers.warmup.selection import Sampled, Selected, _assistant_count, differs
+from trainers.warmup.selection import Sampled, Selected, _assistant_count, corrects, differs
 
 #: SAAR events that follow a regeneration (a ``cap`` event stops rollback before one; ``exhausted`` comes after all)
 _GENERATED = (*INSTALLED_ACTIONS, "no_call", "length")
@@ -36,7 +36,7 @@ def uncorrected(s: Sampled) -> Iterator[tuple[SaarEvent, list[Message]]]:
     traj = s.trajectory
     if traj.seed is None:
         return
-    turns_corrected = {e.turn for e in traj.events if e.ok and differs(e.failed_code, e.new_code)}
+    turns_corrected = {e.turn for e in traj.events if corrects(e)}
     for e in traj.events:
         if e.retry != 1 or e.action not in _GENERATED or e.turn in turns_corrected:
             continue
@@ -46,15 +46,24 @@ def uncorrected(s: Sampled) -> Iterator[tuple[SaarEvent, list[Message]]]:
         yield e, rec.context
 
 
+#: A failure SAAR did not correct: its trajectory, the first regeneration's event and the context it saw.
+FailurePoint = tuple[Sampled, SaarEvent, list[Message]]
+
+
+def failure_points(sampled: Sequence[Sampled]) -> list[FailurePoint]:
+    """Every failure of ``sampled`` that the search samples again (:func:`uncorrected`)."""
+    return [(s, e, context) for s in sampled for e, context in uncorrected(s)]
+
+
 async def search_corrections(
-    sampled: Sequence[Sampled],
+    points: Sequence[FailurePoint],
     generate: Generate,
     backend: Backend,
     config_of: Callable[[Sampled], RolloutConfig],
     k: int,
     concurrency: int,
 ) -> list[Selected]:
-    """Up to one correction per uncorrected failure point of ``sampled``, from ``k`` more samples each."""
+    """Up to one correction per failure point, from ``k`` more samples each."""
     gate = asyncio.Semaphore(concurrency)
 
     async def attempt(s: Sampled, e: SaarEvent, context: list[Message], j: int) -> Message | None:
@@ -81,5 +90,5 @@ async def search_corrections(
         demo = Demonstration(s.problem, [*context, found], [_assistant_count(context)])
         return Selected(demo, "correction_search")
 
-    points = [point(s, e, context) for s in sampled for e, context in uncorrected(s)]
-    return [c for c in await asyncio.gather(*points) if c is not None]
+    found = await asyncio.gather(*(point(s, e, context) for s, e, context in points))
+    return [c for c in found if c is not None]

@@ -28,6 +28,7 @@ from harness.core import seeds
 from harness.core.messages import Generation, Message
 from harness.core.metrics import INSTALLED_ACTIONS
 from harness.core.rollout import Generate, Trajectory, to_assistant
+from harness.core.saar import SaarEvent
 from trainers.warmup.build import Demonstration, _failed_turns
 
 Source = Literal[
@@ -77,6 +78,11 @@ def differs(failed_code: str | None, new_code: str | None) -> bool:
     return new_code is not None and (failed_code or "").strip() != new_code.strip()
 
 
+def corrects(e: SaarEvent) -> bool:
+    """Whether a SAAR event installed a different call that ran: a correction of the model's own."""
+    return e.action in INSTALLED_ACTIONS and e.ok and differs(e.failed_code, e.new_code)
+
+
 def _assistant_count(messages: Sequence[Message]) -> int:
     return sum(1 for m in messages if m.role == "assistant")
 
@@ -99,7 +105,7 @@ def saar_corrections(s: Sampled) -> list[Selected]:
     if traj.seed is None:
         return out
     for e in traj.events:
-        if e.action not in INSTALLED_ACTIONS or not e.ok or not differs(e.failed_code, e.new_code):
+        if not corrects(e):
             continue
         rec = s.recorded.get(seeds.generation_seed(traj.seed, turn=e.turn, retry=e.retry))
         if rec is None:
