@@ -4,6 +4,8 @@
 # start the daemon without any network of its own, and build (or reuse) the sandbox image.
 #
 #   sandboxes/ci_docker.sh          # install (if needed), start dockerd (if none answers), build the image
+#   sandboxes/ci_docker.sh prepare  # only what needs no engine: install, and write the image's root filesystem
+#                                   # (CI runs it beside its first stage; the next setup imports it)
 #   sandboxes/ci_docker.sh stop     # stop the daemon this script started (and remove sandbox containers)
 #
 # Environment:
@@ -76,13 +78,28 @@ start() {
   log "dockerd answers after ${waited} s"
 }
 
+# The root filesystem of the current recipe: named by its tag, so a tarball of another recipe is never imported.
+rootfs() { echo "$STATE_DIR/rootfs-$("$PYTHON" -m sandboxes.image tag | tr ':/' '--').tar"; }
+
 case "${1:-setup}" in
   stop) stop ;;
+  prepare)
+    install
+    mkdir -p "$STATE_DIR"
+    log "writing the sandbox image's root filesystem to $(rootfs)"
+    $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image rootfs "$(rootfs)"
+    ;;
   setup)
     install
     start
     log "building the sandbox image (reused when its content hash is present)"
-    $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image build
+    tarball="$(rootfs)"
+    if [ -f "$tarball" ]; then  # prepared: import it, then it is not needed any more
+      $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image build --tarball "$tarball"
+      rm -f "$tarball"
+    else
+      $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image build
+    fi
     ;;
-  *) echo "usage: $0 [setup|stop]" >&2; exit 2 ;;
+  *) echo "usage: $0 [setup|prepare|stop]" >&2; exit 2 ;;
 esac

@@ -16,6 +16,7 @@ reused when present:
 Usage::
 
     python -m sandboxes.image build [--force] [--tarball PATH]
+    python -m sandboxes.image rootfs PATH   # only the root filesystem, for a later build --tarball PATH
     python -m sandboxes.image tag      # print the tag the recipe builds
     python -m sandboxes.image status   # present or not
 """
@@ -23,6 +24,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -122,20 +124,13 @@ def build_offline(tag: str | None = None, *, tarball: str | None = None, force: 
     if not force and image_exists(tag):
         _log(f"{tag} is present; reusing it")
         return tag
-    if shutil.which("mmdebstrap") is None:
-        raise RuntimeError(
-            "mmdebstrap is not installed: run `apt-get install -y mmdebstrap` (or build from sandboxes/Dockerfile)"
-        )
-    sources = _host_sources()
-    if not sources:
-        raise RuntimeError(
-            "no apt sources found in /etc/apt/sources.list or /etc/apt/sources.list.d: cannot build offline"
-        )
     workdir = tempfile.mkdtemp(prefix="cleaner-image-")
     try:
         out = tarball or os.path.join(workdir, "rootfs.tar")
-        if not (tarball and os.path.exists(tarball) and not force):
-            _bootstrap(out, sources)
+        if tarball and os.path.exists(tarball) and not force:
+            _log(f"reusing the root filesystem {tarball}")
+        else:
+            build_rootfs(out)
         size_mb = os.path.getsize(out) / 1e6
         _log(f"importing {size_mb:.0f} MB root filesystem as {tag}")
         start = time.monotonic()
@@ -146,6 +141,32 @@ def build_offline(tag: str | None = None, *, tarball: str | None = None, force: 
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return tag
+
+
+def build_rootfs(out: str) -> str:
+    """Write the image's root filesystem to the tarball ``out`` with ``mmdebstrap`` (no Docker engine needed).
+
+    Written beside ``out`` and renamed into place when complete, so an interrupted build never leaves a tarball
+    that ``build --tarball`` would import. CI builds it while its first stage runs (``sandboxes/ci_docker.sh
+    prepare``).
+    """
+    if shutil.which("mmdebstrap") is None:
+        raise RuntimeError(
+            "mmdebstrap is not installed: run `apt-get install -y mmdebstrap` (or build from sandboxes/Dockerfile)"
+        )
+    sources = _host_sources()
+    if not sources:
+        raise RuntimeError(
+            "no apt sources found in /etc/apt/sources.list or /etc/apt/sources.list.d: cannot build offline"
+        )
+    partial = f"{out}.partial"
+    try:
+        _bootstrap(partial, sources)
+        os.replace(partial, out)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(partial)
+    return out
 
 
 def _bootstrap(out: str, sources: list[str]) -> None:
@@ -159,6 +180,7 @@ def _bootstrap(out: str, sources: list[str]) -> None:
     cmd = [
         "mmdebstrap",
         "--variant=essential",
+        "--format=tar",  # whatever the file is named (build_rootfs writes to OUT.partial)
         "--include=" + ",".join(PACKAGES),
         *[f"--dpkgopt=path-exclude={pattern}" for pattern in _EXCLUDES],
         "--customize-hook=" + hook_user,
@@ -204,11 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--force", action="store_true", help="rebuild even if the tag is present")
     build.add_argument("--tarball", help="keep (and reuse) the root filesystem tarball at this path")
     build.add_argument("--dockerfile", action="store_true", help="build from sandboxes/Dockerfile (pulls a base image)")
+    rootfs = sub.add_parser("rootfs", help="only write the root filesystem tarball (no engine needed)")
+    rootfs.add_argument("tarball", help="where to write it; `build --tarball` with the same path imports it")
     sub.add_parser("tag", help="print the tag of the current recipe")
     sub.add_parser("status", help="say whether the image is present (exit 1 if not)")
     args = parser.parse_args(argv)
     if args.command == "tag":
         print(image_tag())
+        return 0
+    if args.command == "rootfs":
+        print(build_rootfs(args.tarball))
         return 0
     if args.command == "status":
         present = image_exists()
