@@ -289,10 +289,12 @@ def test_the_model_runs_in_the_engine_core_process_without_a_polling_worker(serv
     assert "(Worker pid=" not in server.log_path.read_text()
 
 
-def test_a_port_in_use_is_a_clear_error() -> None:
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     needs_vllm()
     import socket
+    import tempfile
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a server's default log would go
     with socket.socket() as busy:
         busy.bind((LOOPBACK, 0))
         busy.listen()
@@ -301,6 +303,7 @@ def test_a_port_in_use_is_a_clear_error() -> None:
         with pytest.raises(ServeError, match=f"port {port} on 127.0.0.1 is in use"):
             server.start()
         assert server.process is None
+    assert list(tmp_path.iterdir()) == []  # a server that never started leaves no empty log behind
 
 
 def test_vllm_missing_is_said_once_and_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -325,9 +328,26 @@ def test_a_model_directory_without_a_usable_chat_template_is_refused(tmp_path: P
     assert chat_template_problem(tmp_path) is None
 
 
+def test_a_stopped_server_is_forgotten_by_inspects_vllm_provider() -> None:
+    """Inspect keeps the first endpoint of a base model for the process: the next server of that name must be found
+    (without this the dying-server test, run after the demo's, reached the demo's dead port)."""
+    from inspect_ai.model._providers._vllm_lora import VLLMServer, _vllm_servers
+
+    from harness.engines.serve import forget_inspect_endpoint
+
+    stale = _vllm_servers.setdefault("a-stopped-server", VLLMServer())
+    stale.base_url, stale.port = "http://127.0.0.1:9/v1", 9
+    epoch = stale._epoch
+    forget_inspect_endpoint("a-stopped-server")
+    assert stale.base_url is None and stale.port is None and stale._epoch == epoch + 1  # re-resolved on next use
+    forget_inspect_endpoint("never-served")  # nothing cached: nothing to do
+    del _vllm_servers["a-stopped-server"]
+
+
+# Last in the module: it kills the module's server (one engine start fewer than a server of its own).
 @pytest.mark.slow
 def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """vLLM killed while samples run: the eval errors with the connection failure, no sample is scored as the
     model's failure, and ``eval_retry`` can run the rest later."""
@@ -337,17 +357,20 @@ def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
 
     from inspect_ai import eval
 
-    needs_vllm()
     monkeypatch.chdir(ROOT)
-    dying = Server("smollm2-tools", log_path=tmp_path / "server.log").start()
+    dying = server
     process = dying.process
-    assert process is not None
+    assert process is not None and process.poll() is None
+    served_before = dying.log_path.read_text().count("POST /v1/chat/completions")  # the module's earlier tests
 
     killed: list[float] = []
 
     def kill_after_the_first_completion() -> None:
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and "POST /v1/chat/completions" not in dying.log_path.read_text():
+        while (
+            time.monotonic() < deadline
+            and dying.log_path.read_text().count("POST /v1/chat/completions") == served_before
+        ):
             time.sleep(0.05)
         os.killpg(process.pid, signal.SIGKILL)  # dies, as an engine does when it runs out of memory
         killed.append(time.monotonic())
@@ -379,19 +402,3 @@ def test_a_server_that_dies_mid_eval_errors_the_sample_and_never_scores_it(
     for sample in log.samples or []:
         if sample.error is not None:
             assert not sample.scores  # an engine failure is never the model's failure
-
-
-def test_a_stopped_server_is_forgotten_by_inspects_vllm_provider() -> None:
-    """Inspect keeps the first endpoint of a base model for the process: the next server of that name must be found
-    (without this the dying-server test, run after the demo's, reached the demo's dead port)."""
-    from inspect_ai.model._providers._vllm_lora import VLLMServer, _vllm_servers
-
-    from harness.engines.serve import forget_inspect_endpoint
-
-    stale = _vllm_servers.setdefault("a-stopped-server", VLLMServer())
-    stale.base_url, stale.port = "http://127.0.0.1:9/v1", 9
-    epoch = stale._epoch
-    forget_inspect_endpoint("a-stopped-server")
-    assert stale.base_url is None and stale.port is None and stale._epoch == epoch + 1  # re-resolved on next use
-    forget_inspect_endpoint("never-served")  # nothing cached: nothing to do
-    del _vllm_servers["a-stopped-server"]

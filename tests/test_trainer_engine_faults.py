@@ -1,7 +1,10 @@
-"""vLLM's engine dies under a CPU training step: the step stops unscored, and ``resume`` redoes it on a new engine.
+"""A CPU training run on vLLM's engine, whose engine dies under step 2: the step stops unscored, and ``resume``
+redoes it on a new engine.
 
-Its own module, run after tests/test_trainer_engine.py: it kills engine processes, and nothing of it should
-share a process state with the sync tests there.
+This is also the test of a run on the engine (``cpu.engine: vllm``): step 1 trains on the engine's rollouts, the
+weights are synced into the engine before step 2 (the death waits for that sync), and the resumed run logs both
+steps, each with its sync. Its own module, run after tests/test_trainer_engine.py: it kills engine processes,
+and nothing of it should share a process state with the sync tests there.
 """
 
 from __future__ import annotations

@@ -378,7 +378,7 @@ class Server:
         self.port = port or free_port()
         self.argv = serve_argv(self.model_dir, self.port, dtype=dtype, max_model_len=max_model_len, name=self.name)
         self.env = {**ONE_ENGINE_PROCESS, **server_env()}
-        self.log_path = log_path or Path(tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")[1])
+        self._log_path = log_path
         self.start_timeout_s = start_timeout_s or float(os.environ.get("CLEANER_VLLM_START_TIMEOUT", START_TIMEOUT_S))
         self.process: subprocess.Popen[bytes] | None = None
         self.start_seconds: float | None = None  #: seconds from start to the first healthy answer
@@ -386,6 +386,14 @@ class Server:
     @property
     def model(self) -> str:
         return self.name
+
+    @property
+    def log_path(self) -> Path:
+        """Where the server's output goes: the path given, else a new temporary file, made when first asked for (a
+        server that never starts leaves no empty log behind)."""
+        if self._log_path is None:
+            self._log_path = Path(tempfile.mkstemp(prefix="vllm-serve-", suffix=".log")[1])
+        return self._log_path
 
     @property
     def base_url(self) -> str:
