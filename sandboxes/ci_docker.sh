@@ -86,8 +86,9 @@ case "${1:-setup}" in
   prepare)
     install
     mkdir -p "$STATE_DIR"
-    log "writing the sandbox image's root filesystem to $(rootfs)"
-    $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image rootfs "$(rootfs)"
+    tarball="$(rootfs)"
+    log "writing the sandbox image's root filesystem to $tarball"
+    $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image rootfs "$tarball"
     ;;
   setup)
     install
