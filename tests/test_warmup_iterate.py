@@ -170,6 +170,35 @@ async def test_the_search_keeps_a_different_call_that_runs_after_a_failure_saar_
     assert turn.call.code == RIGHT and correction.demo.trained_turns == [1]
 
 
+async def test_distillation_puts_the_generators_program_after_each_failure_saar_did_not_correct(box):
+    from sandboxes.backends import get_backend
+    from trainers.warmup.build import DemonstrationError
+    from trainers.warmup.reference import reference_corrections
+    from trainers.warmup.search import failure_points
+
+    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2))
+    stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
+    purified = await sampled(box, call(BROKEN), call(RIGHT), "\\boxed{42}", saar=True)
+    defective = GeneratedProblem("t-0-0001-modular", "modular", "What is 7 * 6?", "42", "print(seven * 6)")
+    backend = get_backend("local")
+    try:
+        found = await reference_corrections(failure_points([stuck, purified]), backend, lambda s: config, 2)
+        with pytest.raises(DemonstrationError, match="t-0-0001-modular: the reference program did not run"):
+            await reference_corrections(
+                failure_points([Sampled(defective, stuck.trajectory, False, stuck.recorded)]), backend,
+                lambda s: config, 2,
+            )  # fmt: skip
+    finally:
+        await backend.shutdown()
+    [correction] = found  # the purified trajectory's failure has the model's own correction already
+    assert correction.source == "correction_reference"
+    context, turn = correction.demo.messages[:-1], correction.demo.messages[-1]
+    assert context[-2].call.code == BROKEN and "NameError" in context[-1].content  # the model's failure, in view
+    assert turn.call.code == RIGHT  # the generator's program (PROBLEM.code)
+    assert "NameError: name 'undefined_name' is not defined" in turn.content  # the turn names the real error
+    assert correction.demo.trained_turns == [1]
+
+
 @pytest.mark.slow
 async def test_a_corrections_loss_lies_on_the_corrected_turn_only(box):
     """With the real tokenizer: the labels are exactly the corrected turn's tokens."""
@@ -342,3 +371,13 @@ def test_the_committed_run_from_before_the_search_resumes_and_not_with_the_searc
     assert len(read_manifest(committed, IterateConfig())["rounds"]) == 1
     with pytest.raises(ValueError, match="other settings"):
         read_manifest(committed, IterateConfig(search=8))  # the search changes what a round trains on
+    with pytest.raises(ValueError, match="other settings"):
+        read_manifest(committed, IterateConfig(reference=True))  # and so does distillation
+
+
+def test_distillation_is_a_switch_of_its_own_and_the_command_line_says_so():
+    from trainers.warmup.iterate import command_line
+
+    assert command_line(IterateConfig(reference=True, rounds=2)).endswith("--rounds 2 --reference")
+    with pytest.raises(ValueError, match="alternatives"):
+        IterateConfig(search=8, reference=True)

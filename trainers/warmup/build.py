@@ -144,6 +144,11 @@ def sample_harness(problem: GeneratedProblem, stdin: str) -> str:
     return f"import io, sys\nsys.stdin = io.StringIO({stdin!r})\n{problem.code}"
 
 
+def reference_program(problem: GeneratedProblem) -> str:
+    """The generator's own program as a demonstration calls it (a stdin solution on its first sample input)."""
+    return sample_harness(problem, problem.tests[0]["input"]) if problem.is_code else problem.code
+
+
 #: A function the reference programs use -> the name a small model guesses instead, and the fix's explanation.
 _WRONG_FUNCTIONS = {
     "math.comb": ("math.choose", "math has no function choose; the binomial coefficient is math.comb."),
@@ -274,7 +279,7 @@ async def build_demonstrations(
                 turns_rng = random.Random(rng.random())
                 fails = turns_rng.random() < fail_share
                 opener = turns_rng.choice(_CODE_OPENERS if problem.is_code else _OPENERS)
-                code = sample_harness(problem, problem.tests[0]["input"]) if problem.is_code else problem.code
+                code = reference_program(problem)
                 bug = plant_bug(problem, code, opener, turns_rng) if fails else None
                 script = ScriptedTurns(problem, code, opener, bug, turns_rng)
                 prompt = [Message("user", problem.prompt())]

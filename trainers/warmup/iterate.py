@@ -12,7 +12,9 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
    with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
-   correct (:mod:`trainers.warmup.search`), the first different call that runs kept as a correction.
+   correct (:mod:`trainers.warmup.search`), the first different call that runs kept as a correction; with
+   ``reference``, distillation instead: the generator's own program as the correction at each such failure
+   (:mod:`trainers.warmup.reference`; not the model's turn, and the round's figures count it apart).
 3. **Fine-tuning** with the SFT's own loop and loss mask (:func:`~trainers.warmup.build.fit`, ``steps``
    steps of ``batch_size``, micro-batches of ``micro_batch``), continuing the start adapter's LoRA.
 4. **Sync.** The merged weights go into the engine (:func:`trainers.core.engine_sync.sync_weights`:
@@ -61,6 +63,7 @@ from trainers.warmup.build import (
     trained_tokens,
     write_adapter,
 )
+from trainers.warmup.reference import reference_corrections
 from trainers.warmup.search import failure_points, search_corrections
 from trainers.warmup.selection import Recorder, Sampled, Selected, counts, select
 
@@ -86,6 +89,7 @@ class IterateConfig:
     top_p: float = 1.0
     max_retries: int = 3  #: SAAR regenerations per failed turn
     search: int = 0  #: more samples at each failure SAAR did not correct (0: none; :mod:`trainers.warmup.search`)
+    reference: bool = False  #: distillation: the generator's program at each such failure (trainers.warmup.reference)
     steps: int = 8  #: optimizer steps per round
     batch_size: int = 8
     micro_batch: int = 4  #: rows per forward pass (a first run with whole batches of long rows was OOM-killed)
@@ -100,6 +104,10 @@ class IterateConfig:
                 raise ValueError(f"warmup-iterate: --{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.micro_batch < 1 or self.concurrency < 1 or self.threads < 1 or self.search < 0:
             raise ValueError("warmup-iterate: --micro-batch, --concurrency, --threads must be >= 1, --search >= 0")
+        if self.search and self.reference:
+            raise ValueError(
+                "warmup-iterate: --search and --reference are alternatives (both act on the same failures)"
+            )
         if problem_seed(self.seed, self.rounds) >= HELD_OUT_SEED:
             raise ValueError(f"warmup-iterate: seed {self.seed} with {self.rounds} rounds reaches held-out seeds")
 
@@ -233,8 +241,15 @@ def read_manifest(out: Path, cfg: IterateConfig) -> dict[str, Any]:
 
 def command_line(cfg: IterateConfig) -> str:
     default = IterateConfig()
-    parts = [f"--{k.replace('_', '-')} {v}" for k, v in asdict(cfg).items() if v != getattr(default, k)]
+    parts = [_option(k, v) for k, v in asdict(cfg).items() if v != getattr(default, k)]
     return " ".join(["python -m trainers warmup-iterate", *parts])
+
+
+def _option(name: str, value: Any) -> str:
+    flag = f"--{name.replace('_', '-')}"
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag[2:]}"
+    return f"{flag} {value}"
 
 
 def run(cfg: IterateConfig, *, progress: bool = True) -> Path:
@@ -301,12 +316,14 @@ async def one_round(
     sampled = await sample_round(cfg, round_, make_generate, backend, problems)
     rollout_s = time.monotonic() - round_started - sync_s
     search_started = time.monotonic()
-    points = failure_points(sampled) if cfg.search else []
+    points = failure_points(sampled) if cfg.search or cfg.reference else []
+    config_of = lambda s: rollout_settings(cfg, s.problem)  # noqa: E731
     searched = await search_corrections(
-        points, make_generate(), backend, lambda s: rollout_settings(cfg, s.problem), cfg.search, cfg.concurrency
-    ) if points else []  # fmt: skip
+        points, make_generate(), backend, config_of, cfg.search, cfg.concurrency
+    ) if cfg.search and points else []  # fmt: skip
+    referenced = await reference_corrections(points, backend, config_of, cfg.concurrency) if cfg.reference else []
     search_s = time.monotonic() - search_started
-    selected = select(sampled) + searched
+    selected = select(sampled) + searched + referenced
     examples, groups, dropped = round_examples(tokenizer, selected)
     train_s, losses = 0.0, []
     if examples:
@@ -322,6 +339,7 @@ async def one_round(
         "kinds": dict(sorted(_kinds(problems).items())),
         "sampling": sampling_figures(sampled),
         "search": {"failure_points": len(points), "samples_each": cfg.search, "corrections": len(searched)},
+        "reference_corrections": len(referenced),
         "selected": counts(selected),
         "selected_problems": len({s.demo.problem.id for s in selected}),
         "dropped_untokenizable": dropped,
@@ -364,6 +382,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "top_p": "sampling top_p",
         "max_retries": "SAAR regenerations per failed turn",
         "search": "more samples at each failure SAAR did not correct, the first different call that runs kept (0: off)",
+        "reference": "distillation: the generator's own program as the correction at each failure SAAR did not correct",
         "steps": "optimizer steps per round",
         "batch_size": "demonstrations per step",
         "micro_batch": "rows per forward pass (the step's gradient stays the whole batch's)",
@@ -374,6 +393,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     }
     for f in fields(IterateConfig):
         default = getattr(IterateConfig(), f.name)
+        if isinstance(default, bool):
+            action = argparse.BooleanOptionalAction
+            parser.add_argument(f"--{f.name.replace('_', '-')}", action=action, default=default, help=helps[f.name])
+            continue
         parser.add_argument(
             f"--{f.name.replace('_', '-')}", type=type(default), default=default, help=f"{helps[f.name]} ({default})"
         )

@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Callable, Iterator, Sequence
 
 from harness.core import seeds
-from harness.core.messages import Message
+from harness.core.messages import Generation, Message
 from harness.core.metrics import INSTALLED_ACTIONS
 from harness.core.rollout import Generate, RolloutConfig, RolloutState, to_assistant
 from harness.core.saar import SaarEvent
@@ -55,6 +55,20 @@ def failure_points(sampled: Sequence[Sampled]) -> list[FailurePoint]:
     return [(s, e, context) for s in sampled for e, context in uncorrected(s)]
 
 
+async def runs(turn: Message, backend: Backend, config: RolloutConfig) -> bool:
+    """Whether ``turn``'s call runs, executed as the rollout executes a call, in a fresh sandbox."""
+
+    async def no_generation(context: list[Message], *, seed: int | None = None) -> Generation:
+        raise AssertionError("executing a call generates nothing")
+
+    box = await backend.acquire()
+    try:
+        _, ok, _ = await RolloutState([], no_generation, box, config, saar_on=False).execute(turn)
+    finally:
+        await backend.release(box)
+    return ok
+
+
 async def search_corrections(
     points: Sequence[FailurePoint],
     generate: Generate,
@@ -75,12 +89,7 @@ async def search_corrections(
             turn = to_assistant(gen, config.accept_python_fence)
             if turn.call is None or not differs(failed.code if failed else None, turn.call.code):
                 return None
-            box = await backend.acquire()
-            try:
-                _, ok, _ = await RolloutState([], generate, box, config, saar_on=False).execute(turn)
-            finally:
-                await backend.release(box)
-        return turn if ok else None
+            return turn if await runs(turn, backend, config) else None
 
     async def point(s: Sampled, e: SaarEvent, context: list[Message]) -> Selected | None:
         turns = await asyncio.gather(*(attempt(s, e, context, j) for j in range(k)))

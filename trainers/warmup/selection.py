@@ -32,7 +32,13 @@ from harness.core.saar import SaarEvent
 from trainers.warmup.build import Demonstration, _failed_turns
 
 Source = Literal[
-    "right", "right_recovered", "right_purified", "correction_saar", "correction_next_turn", "correction_search"
+    "right",
+    "right_recovered",
+    "right_purified",
+    "correction_saar",
+    "correction_next_turn",
+    "correction_search",
+    "correction_reference",  #: distillation: the generator's program, not the model's (trainers.warmup.reference)
 ]
 
 
