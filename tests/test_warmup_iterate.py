@@ -373,6 +373,12 @@ def test_the_committed_run_from_before_the_search_resumes_and_not_with_the_searc
         read_manifest(committed, IterateConfig(search=8))  # the search changes what a round trains on
     with pytest.raises(ValueError, match="other settings"):
         read_manifest(committed, IterateConfig(reference=True))  # and so does distillation
+    # the committed distillation resumes with the command its README gives, from the one adapter committed
+    distilled = committed.parent / "distillation"
+    cfg = IterateConfig(rounds=4, reference=True, steps=24, out="results/warmup/distillation")
+    rounds = read_manifest(distilled, cfg)["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3] and rounds[0]["selected"]["correction_reference"] > 0
+    assert (distilled / "round-3" / "adapter_model.safetensors").stat().st_size < 16 * 2**20
 
 
 def test_distillation_is_a_switch_of_its_own_and_the_command_line_says_so():
