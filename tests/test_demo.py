@@ -86,6 +86,3 @@ def test_the_demo_runs_on_vllm_where_it_runs(tmp_path: Path) -> None:
     assert "Engine: vLLM 0.32.0 (CPU, bfloat16, eager)" in report
     assert "significant at the 5% level" in report  # the verdict, in words
     assert "POST /v1/chat/completions" in (out / "vllm-server.log").read_text()
-    # the replay part, run while the server loaded
-    replay = {a["arm"]: a["metrics"] for a in json.loads((out / "replay" / "summary.json").read_text())["arms"]}
-    assert replay["on"]["saar_purified"] > 0 and replay["off"]["saar_shallow"] == 0

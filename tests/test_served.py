@@ -321,8 +321,6 @@ def test_a_port_in_use_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.Monk
         with pytest.raises(ServeError, match=f"port {port} on 127.0.0.1 is in use"):
             server.start()
         assert server.process is None
-        with pytest.raises(ServeError, match="wait_ready\\(\\) before launch\\(\\)"):
-            server.wait_ready()  # a server that never launched is an error, not a wait to the timeout
     assert list(tmp_path.iterdir()) == []  # a server that never started leaves no empty log behind
 
 

@@ -398,8 +398,7 @@ class Server:
         self._log_path = log_path
         self.start_timeout_s = start_timeout_s or float(os.environ.get("CLEANER_VLLM_START_TIMEOUT", START_TIMEOUT_S))
         self.process: subprocess.Popen[bytes] | None = None
-        self.start_seconds: float | None = None  #: seconds from launch to the first healthy answer
-        self._launched = 0.0  #: time.monotonic() at launch
+        self.start_seconds: float | None = None  #: seconds from start to the first healthy answer
 
     @property
     def model(self) -> str:
@@ -419,18 +418,13 @@ class Server:
 
     def start(self) -> Server:
         """Start the server and wait until it answers ``/health`` (raises :class:`ServeError` if it does not)."""
-        return self.launch().wait_ready()
-
-    def launch(self) -> Server:
-        """Start the server's process and write its model directory, without waiting for it to answer: the caller
-        may work while vLLM loads, then calls :meth:`wait_ready` (on an error here the process is stopped)."""
         if port_in_use(self.port):
             raise ServeError(
                 f"port {self.port} on {LOOPBACK} is in use (another server?): stop it, or choose another port "
                 "(--port 0 takes any free one)"
             )
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._launched = time.monotonic()
+        started = time.monotonic()
         argv = self.argv
         if self._write_model_dir is not None:  # vLLM imports while the directory is written (vllm_launch)
             launch = [
@@ -454,14 +448,7 @@ class Server:
                 self.stop()
                 raise
             self._write_model_dir = None
-        return self
-
-    def wait_ready(self) -> Server:
-        """Wait until the launched server answers ``/health`` (raises :class:`ServeError` if it exits or does not
-        answer within the start timeout, counted from the launch)."""
-        if self.process is None:
-            raise ServeError("wait_ready() before launch(): the server was never started")
-        deadline = self._launched + self.start_timeout_s
+        deadline = started + self.start_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 code = self.process.returncode
@@ -470,7 +457,7 @@ class Server:
                     f"vllm serve exited with {code} while starting (log {self.log_path}):\n{self.log_tail()}"
                 )
             if self.healthy():
-                self.start_seconds = time.monotonic() - self._launched
+                self.start_seconds = time.monotonic() - started
                 return self
             time.sleep(0.5)
         self.stop()
