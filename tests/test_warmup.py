@@ -96,20 +96,23 @@ async def test_demonstrations_show_real_errors_and_train_only_on_the_fix():
 def test_warm_model_spec_without_its_adapter_names_the_rebuild_command(tmp_path, monkeypatch):
     import harness.engines.models as models
 
-    monkeypatch.setattr(models, "TOOLS_ADAPTER_DIR", tmp_path / "missing")
+    monkeypatch.setattr(models, "ADAPTERS_DIR", tmp_path / "missing")
     with pytest.raises(models.ModelNotFoundError, match="python -m trainers warmup"):
+        models.resolve_spec("smollm2-tools-sft")
+    with pytest.raises(models.ModelNotFoundError, match="smollm2-tools/model.json"):
         models.resolve_spec("smollm2-tools")
 
 
 def test_the_committed_adapter_is_small_and_says_how_it_was_built():
     import json
 
-    from harness.engines.models import TOOLS_ADAPTER_DIR, resolve_spec
+    from harness.engines.models import ADAPTERS_DIR, TOOLS_SFT_NAME, resolve_spec
 
-    assert resolve_spec("smollm2-tools") == ("adapter", TOOLS_ADAPTER_DIR)
-    weights = TOOLS_ADAPTER_DIR / "adapter_model.safetensors"
+    sft = ADAPTERS_DIR / TOOLS_SFT_NAME
+    assert resolve_spec("smollm2-tools-sft") == ("adapter", sft)
+    weights = sft / "adapter_model.safetensors"
     assert weights.stat().st_size <= 16 * 2**20
-    manifest = json.loads((TOOLS_ADAPTER_DIR / "warmup.json").read_text())
+    manifest = json.loads((sft / "warmup.json").read_text())
     assert manifest["rebuild"].startswith("python -m trainers warmup")
     assert manifest["failed_call_demonstrations"], "the warm model must have seen failed calls and their fixes"
 

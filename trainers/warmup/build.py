@@ -2,7 +2,8 @@
 
 Agentic RL starts from a model that already uses its tool (DemyAgent, CLEANER). The raw
 135M model writes prose and never calls the tool, so SAAR never acts on it. This module
-builds the project's tool-using embedded model, ``embedded/smollm2-tools``:
+builds the project's first tool-using embedded model, ``embedded/smollm2-tools-sft`` (the start of
+the expert-iteration rounds that build the warm model ``embedded/smollm2-tools``):
 
 1. **Demonstrations.** Problems from :mod:`harness.benchmarks.generators` (seeded), each solved in
    the exact protocol of evaluation: the rollout core (:func:`harness.core.rollout.rollout`,
@@ -25,8 +26,9 @@ builds the project's tool-using embedded model, ``embedded/smollm2-tools``:
    losses are divided by the batch's trained tokens: the gradient of the whole batch's mean
    token loss, in less memory.
 4. **Artifact** (:func:`write_adapter`). The adapter in bfloat16 (about 10 MB) and ``warmup.json``
-   (the command, settings, data and loss figures) in ``harness/data/models/smollm2-tools/``, which
-   :func:`harness.engines.models.load_model` merges into the embedded base model.
+   (the command, settings, data and loss figures) in ``harness/data/models/smollm2-tools-sft/``, which
+   :func:`harness.engines.models.load_model` merges into the embedded base model, and where the
+   expert-iteration rounds (:mod:`trainers.warmup.iterate`) that build ``smollm2-tools`` start.
 
 Rebuild the committed artifact with ``python -m trainers warmup`` (the defaults).
 """
@@ -52,7 +54,7 @@ from harness.core import chat, protocol
 from harness.core.messages import Generation, Message
 from harness.core.problems import rollout_config
 from harness.core.rollout import rollout
-from harness.engines.models import TOOLS_ADAPTER_DIR
+from harness.engines.models import ADAPTERS_DIR, TOOLS_SFT_NAME
 from trainers.core.tokens import assemble
 
 #: Seeds of the training problems; held-out measurement uses seeds from HELD_OUT_SEED on.
@@ -78,7 +80,7 @@ class WarmupConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     threads: int = 1  #: on shared cores 2 threads ran 4-7x slower than 1 (they spin against other jobs)
-    out: str = str(TOOLS_ADAPTER_DIR)
+    out: str = str(ADAPTERS_DIR / TOOLS_SFT_NAME)
 
     def __post_init__(self) -> None:
         for name in ("problems", "steps", "batch_size", "micro_batch", "lora_r", "threads"):
@@ -567,8 +569,8 @@ def save_adapter(
         json.dumps([[m.role, m.text] for d in demos for m in d.messages]).encode()
     ).hexdigest()[:16]
     config = asdict(cfg)
-    if Path(cfg.out).resolve() == TOOLS_ADAPTER_DIR.resolve():
-        config["out"] = "harness/data/models/smollm2-tools"
+    if Path(cfg.out).resolve() == (ADAPTERS_DIR / TOOLS_SFT_NAME).resolve():
+        config["out"] = f"harness/data/models/{TOOLS_SFT_NAME}"
     manifest = {
         "rebuild": "python -m trainers warmup" + _non_default_args(cfg),
         "config": config,
@@ -643,7 +645,7 @@ def add_arguments(parser: Any) -> None:
         "lora_r": "LoRA rank (every linear layer)",
         "lora_alpha": "LoRA alpha",
         "threads": "torch threads",
-        "out": "artifact directory (default: the one embedded/smollm2-tools loads)",
+        "out": "artifact directory (default: the one embedded/smollm2-tools-sft loads)",
     }
     for name, value in asdict(default).items():
         parser.add_argument(

@@ -27,7 +27,9 @@ bfloat16), so a run stopped between rounds resumes after the last finished round
 (rerun the same command). Round ``k``'s sampling figures describe round ``k-1``'s model on training
 problems; held-out figures come from ``python -m trainers warmup-measure --models ...``.
 
-The default start, ``smollm2-tools``, is read, never written: the rounds' adapters go to ``--out``.
+The default start, ``smollm2-tools-sft`` (the cold-start SFT), is read, never written: the rounds' adapters go
+to ``--out``. The project's warm model ``smollm2-tools`` is round 4 of the committed distillation
+(``harness/data/models/smollm2-tools/model.json`` gives the commands that rebuild it).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from harness.core.metrics import Regenerations, TrajectoryMetrics, aggregate
 from harness.core.problems import rollout_config
 from harness.core.rollout import Generate, rollout
 from harness.core.saar import SaarConfig
+from harness.engines.models import TOOLS_SFT_NAME
 from trainers.core.data import item_from_problem
 from trainers.core.reward import compute_reward
 from trainers.warmup.build import (
@@ -77,7 +80,7 @@ class IterateConfig:
     """Settings of ``python -m trainers warmup-iterate`` (the defaults: issue 17's design)."""
 
     rounds: int = 3
-    start: str = "smollm2-tools"  #: the adapter round 1 starts from (read only)
+    start: str = TOOLS_SFT_NAME  #: the adapter round 1 starts from (read only)
     out: str = DEFAULT_OUT
     seed: int = 0
     problems: int = 32  #: new generated problems per round
@@ -112,8 +115,9 @@ class IterateConfig:
             raise ValueError(f"warmup-iterate: seed {self.seed} with {self.rounds} rounds reaches held-out seeds")
 
     def identity(self) -> dict[str, Any]:
-        """What must match for a run to resume another (every setting but the number of rounds)."""
-        return {k: v for k, v in asdict(self).items() if k != "rounds"}
+        """What must match for a run to resume another: every setting but the number of rounds and the torch
+        threads (how fast, not what, a round trains)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("rounds", "threads")}
 
 
 def problem_seed(seed: int, round_: int) -> int:
