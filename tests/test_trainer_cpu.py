@@ -170,6 +170,18 @@ def test_ablation_report_pairs_the_arms_by_seed(tmp_path):
     assert (cfg.run_dir / "ablation.png").stat().st_size > 0
 
 
+def test_an_ablation_is_not_continued_from_another_model(tmp_path):
+    from trainers.cpu.ablation import model_fingerprint, run_ablation
+
+    cfg = AblationConfig(recipe="cpu-smoke", seeds=(0,), steps=2, run="r", out=str(tmp_path), eval_problems=4)
+    _write_run(cfg.run_dir, "off", 0, [0.5, 0.4], [0.1, 0.2])  # finished: its steps and eval.json
+    eval_json = cfg.run_dir / "runs" / run_name("off", 0) / "eval.json"
+    eval_json.write_text(json.dumps({"accuracy": 0.25, "model": "smollm2-tools (adapter, sha256 0123456789abcdef)"}))
+    assert model_fingerprint(load_recipe("cpu-smoke").model) != "smollm2-tools (adapter, sha256 0123456789abcdef)"
+    with pytest.raises(ValueError, match=r"trained from smollm2-tools \(adapter, sha256 0123456789abcdef\).*--run"):
+        run_ablation(cfg, progress=False)  # the "on" arm would start from today's warm model
+
+
 def test_ablation_rejects_bad_options():
     with pytest.raises(ValueError, match="seeds"):
         AblationConfig(seeds=())

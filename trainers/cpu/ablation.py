@@ -123,6 +123,8 @@ def run_ablation(cfg: AblationConfig, *, progress: bool = True) -> Path:
         arm, _, seed = cfg.only.partition(":")
         pending = [(arm, int(seed))]
     pending = [(a, s) for a, s in pending if not _finished(cfg, a, s)]
+    if pending:
+        _refuse_another_model(cfg, model_fingerprint(recipe.model))
     if cfg.jobs > 1 and len(pending) > 1:
         _run_children(cfg, pending, progress)
     else:
@@ -139,6 +141,17 @@ def _finished(cfg: AblationConfig, arm: str, seed: int) -> bool:
     if not metrics.is_file() or len(read_metrics(metrics)) < cfg.steps:
         return False
     return not cfg.eval_problems or (run_dir / "eval.json").is_file()
+
+
+def _refuse_another_model(cfg: AblationConfig, model_id: str) -> None:
+    """An ablation continues only from the model its finished runs started from (the arms must share it)."""
+    for path in sorted((cfg.run_dir / "runs").glob("*/eval.json")):
+        started_from = json.loads(path.read_text()).get("model")
+        if started_from not in (None, model_id):
+            raise ValueError(
+                f"{path} was trained from {started_from}, and the recipe's model is now {model_id}: "
+                f"continue it with that model, or start another run (--run)"
+            )
 
 
 def train_arm(cfg: AblationConfig, recipe: Recipe, arm: str, seed: int, progress: bool = True) -> None:
