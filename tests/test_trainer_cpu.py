@@ -30,8 +30,9 @@ cpu: {steps: 2, prompts_per_step: 1, num_generations: 2, max_new_tokens: 8, max_
 """
 
 # The warm model on the generated problems, small enough for a test: 2 problems x 4 rollouts, 2 steps. The warm
-# model solves these problems sometimes, not always (4 of 8 samples on the first 4 at temperature 0.9), and some
-# of its calls fail on their own, so group rewards differ and the GRPO loss is not zero.
+# model solves these problems sometimes, not always (5 of 8 and 3 of 8 samples in the two steps, 2026-12-04), and
+# some of its calls fail on their own (30-36%), so group rewards differ and the GRPO loss is not zero. Its turns
+# are longer than 64 tokens: with 64, no call was complete and every reward was -1.
 LEARNS = """
 name: learns
 model: smollm2-tools
@@ -41,7 +42,7 @@ executor:
   max_turns: 2
   timeout: 5.0
   sandbox: local
-cpu: {steps: 2, prompts_per_step: 2, num_generations: 4, max_new_tokens: 64, max_total_tokens: 640,
+cpu: {steps: 2, prompts_per_step: 2, num_generations: 4, max_new_tokens: 96, max_total_tokens: 640,
       learning_rate: 1.0e-4, save_steps: 0, temperature: 1.0, top_p: 1.0}
 """
 
