@@ -7,9 +7,9 @@
 * ``prepare-data [--source S] --out F``: Open-AgentRL-30K (hub id or local path) as
   OpenRLHF prompt JSONL;
 * ``plot <metrics.jsonl>``: redraw a run's plot;
-* ``warmup [--steps N ...]``: the cold-start tool-use SFT that builds ``embedded/smollm2-tools``
+* ``warmup [--steps N ...]``: the cold-start tool-use SFT that builds ``embedded/smollm2-tools-sft``
   (:mod:`trainers.warmup.build`);
-* ``warmup-iterate [--rounds N ...]``: expert-iteration rounds from the warm model, each round's adapter
+* ``warmup-iterate [--rounds N ...]``: expert-iteration rounds from the SFT, each round's adapter
   in ``results/warmup/expert-iteration/round-<k>/`` (:mod:`trainers.warmup.iterate`);
 * ``warmup-measure [--models A B ...]``: the warm model(s) on held-out problems (:mod:`trainers.warmup.measure`);
 * ``ablation [--seeds 0 1 --steps N --run NAME]``: the CPU trainer with SAAR on and off from
@@ -76,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("metrics")
     p = sub.add_parser(
         "warmup",
-        help="cold-start tool-use SFT of the embedded model (builds embedded/smollm2-tools)",
-        epilog="Expert-iteration rounds from the warm model: python -m trainers warmup-iterate --rounds N "
+        help="cold-start tool-use SFT of the embedded model (builds embedded/smollm2-tools-sft)",
+        epilog="Expert-iteration rounds from this SFT: python -m trainers warmup-iterate --rounds N "
         "(adapters in results/warmup/expert-iteration/round-<k>/, the committed adapter is read, never written; "
         "see docs/models.md). Measure them: python -m trainers warmup-measure --models <dirs> --engine vllm --saar.",
     )
