@@ -9,6 +9,7 @@ trains both steps on the engine's rollouts, syncing before each.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from needs import import_or_skip
@@ -18,7 +19,7 @@ import_or_skip("peft")
 import_or_skip("trl")
 
 from trainers.core.config import CpuConfig  # noqa: E402
-from trainers.core.engine_sync import EngineSampler, merged_weights  # noqa: E402
+from trainers.core.engine_sync import EngineSampler, merged_weights, staging_dir  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -140,8 +141,10 @@ def test_after_a_sync_the_engine_generates_what_the_trainers_model_generates(pol
     sampler, loop = engine
     prompts = _prompts(tokenizer)
     before = _engine_greedy(sampler, loop, prompts)
+    staged = Path(staging_dir(1))
     seconds = loop.run_until_complete(sampler.sync(model, step=1))
     assert seconds > 0 and sampler.synced_step == 1
+    assert not list(staged.glob("cleaner-sync-*"))  # the weights' file is gone once the engine loaded it
     after = _engine_greedy(sampler, loop, prompts)
     assert _not_the_models_choice(model, prompts, after) == []  # token for token, every prompt (ties aside)
     assert _not_the_models_choice(model, prompts, before)  # and the stale weights' choices are not the model's

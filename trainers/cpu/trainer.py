@@ -182,7 +182,14 @@ def load_train_items(recipe: Recipe) -> list[TrainItem]:
 
 
 def shared_prompt_logps(
-    model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, temperature: float, entropy: bool
+    model: Any,
+    input_ids: Any,
+    attention_mask: Any,
+    logits_to_keep: int,
+    temperature: float,
+    entropy: bool,
+    *,
+    bf16: bool = False,
 ) -> tuple[Any, Any]:
     """Log-probs (and entropies) of each row's last ``logits_to_keep`` tokens; a prompt's forward pass is shared.
 
@@ -192,8 +199,18 @@ def shared_prompt_logps(
     which then run their completions only, and only completion positions go through the
     LM head. Same numbers as a full forward pass of each row (to float precision), at a
     fraction of the compute. ``input_ids`` is TRL's layout: left-padded prompts, then
-    right-padded completions; logits are divided by ``temperature`` as TRL does.
+    right-padded completions; logits are divided by ``temperature`` as TRL does. With ``bf16`` the decoder and
+    the LM head run under bfloat16 autocast (the softmax in float32).
     """
+    import torch  # noqa: PLC0415
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        return _shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temperature, entropy)
+
+
+def _shared_prompt_logps(
+    model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, temperature: float, entropy: bool
+) -> tuple[Any, Any]:
     import torch  # noqa: PLC0415
 
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -230,7 +247,10 @@ def shared_prompt_logps(
 
 
 class SharedPromptGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer whose log-probs run each group's prompt once (:func:`shared_prompt_logps`)."""
+    """TRL's GRPOTrainer whose log-probs run each group's prompt once (:func:`shared_prompt_logps`), under
+    bfloat16 autocast when ``bf16_autocast`` is set (``cpu.bf16``; TRL's own ``bf16`` would not reach them)."""
+
+    bf16_autocast = False
 
     def _get_per_token_logps_and_entropies(  # noqa: ANN201 - TRL's signature
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
@@ -240,7 +260,7 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
             )
         logps, entropies = shared_prompt_logps(
-            model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy
+            model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy, bf16=self.bf16_autocast
         )
         return logps, entropies, None
 
@@ -396,6 +416,7 @@ class CpuTrainer:
             rollout_func=self.rollout_func,
             callbacks=[StepLog(self)],
         )
+        trainer.bf16_autocast = cfg.bf16
         trainer.remove_callback(PrinterCallback)  # StepLog prints one line per step instead of TRL's raw dict
         self.policy = trainer.accelerator.unwrap_model(trainer.model)
         return trainer
