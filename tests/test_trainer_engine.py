@@ -152,6 +152,21 @@ def test_after_a_sync_the_engine_generates_what_the_trainers_model_generates(pol
     assert loop.run_until_complete(sampler.sync(model, step=1)) == 0.0  # once per optimizer step
 
 
+def test_many_seeded_requests_whose_prompts_exceed_one_steps_budget_are_served(engine):
+    """An evaluation sends dozens of seeded rollouts at once. With vLLM's default chunked prefill the engine split a
+    prompt over two steps and died rewinding a CPU generator ("CPU Generator does not use offset"); the engine is built
+    with whole prefills only."""
+    sampler, loop = engine
+    # 24 prompts of 400 tokens, none a prefix of another (the prefix cache would serve them): 9,600 tokens to prefill
+    prompts = [list(range(1000 + 400 * i, 1400 + 400 * i)) for i in range(24)]
+
+    async def all_of():
+        return await asyncio.gather(*(sampler(prompt, 8, seed) for seed, prompt in enumerate(prompts)))
+
+    outs = loop.run_until_complete(all_of())
+    assert [len(ids) for ids, _ in outs] == [8] * 24
+
+
 def test_the_engine_runs_the_model_in_its_engine_core_process(engine):
     """No worker process polling the core the trainer computes on, and nothing of that setting left in this
     process's environment for what it starts later (harness.engines.serve.one_engine_process)."""

@@ -129,21 +129,17 @@ class EngineSampler:
 
     def __init__(self, model_dir: str, tokenizer: Any, cfg: Any, *, max_model_len: int, dtype: str = "float32") -> None:
         from harness.core import chat  # noqa: PLC0415
-        from harness.engines.serve import one_engine_process, server_env  # noqa: PLC0415
+        from harness.engines.vllm_offline import OfflineEngine  # noqa: PLC0415
 
-        for key, value in {**server_env({}), **engine_env()}.items():
+        for key, value in engine_env().items():
             os.environ.setdefault(key, value)
-        import vllm  # noqa: PLC0415
-
         self.tokenizer, self.cfg, self.dtype = tokenizer, cfg, dtype
         self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
         self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
         start = time.perf_counter()
-        args = vllm.AsyncEngineArgs(
-            model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=cfg.seed
-        )
-        with one_engine_process():  # no worker process polling the core the trainer computes on
-            self.engine = vllm.AsyncLLMEngine.from_engine_args(args)
+        # the harness's engine on CPU: the model in the engine-core process (no worker process polling the core the
+        # trainer computes on), whole prefills only (a chunked prefill of a seeded request kills vLLM 0.32 on CPU)
+        self.engine = OfflineEngine(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed).engine
         self.build_s = time.perf_counter() - start
         self.requests = 0
         self.synced_step: int | None = None
