@@ -79,6 +79,25 @@ def test_first_attempts_leave_out_saar_regenerations():
 
 
 @pytest.mark.slow
+def test_a_group_whose_advantages_are_all_zero_skips_its_passes_and_still_gives_zero_gradients():
+    from types import SimpleNamespace
+
+    import torch
+
+    from trainers.cpu.trainer import SharedPromptGRPOTrainer
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    model[0].requires_grad_(False)  # as the frozen base under LoRA
+    trainer = SimpleNamespace(beta=0.0, skipped_groups=0)
+    loss = SharedPromptGRPOTrainer.compute_loss(trainer, model, {"advantages": torch.zeros(4)})
+    loss.backward()
+    assert float(loss) == 0.0 and trainer.skipped_groups == 1
+    assert model[0].weight.grad is None  # frozen: untouched
+    assert all(p.grad is not None and not p.grad.any() for p in model[1].parameters())  # so AdamW steps as before
+    with pytest.raises(TypeError, match="super"):  # a non-zero advantage goes to TRL's loss (not in this stand-in)
+        SharedPromptGRPOTrainer.compute_loss(trainer, model, {"advantages": torch.tensor([0.0, 0.5])})
+
+
 def test_synced_weights_are_staged_in_shared_memory_only_when_it_has_room():
     import tempfile
     from pathlib import Path
@@ -144,6 +163,8 @@ def test_training_from_the_warm_model_moves_reward_spread_loss_and_weights(tmp_p
             "saar_deep",
         } <= set(r)
         assert r["gen_batches"] < r["gen_rows"]  # the step's turns were generated together, not one by one
+        # a group whose rewards are all equal has its passes skipped (2 groups a step)
+        assert r["groups_skipped"] == round(2 * r["frac_reward_zero_std"])
 
 
 @pytest.mark.slow

@@ -251,6 +251,16 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
     bfloat16 autocast when ``bf16_autocast`` is set (``cpu.bf16``; TRL's own ``bf16`` would not reach them)."""
 
     bf16_autocast = False
+    skipped_groups = 0  #: micro-batches (GRPO groups) whose passes were skipped, every advantage 0
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001, ANN201
+        """TRL's loss, except for a group whose rewards are all equal: every advantage is 0 and, with no KL term
+        (``beta`` 0), so are the loss and its gradient. Its forward and backward passes are skipped; the zero
+        returned still gives every trainable weight a zero gradient, so the optimizer steps as it would have."""
+        if self.beta == 0.0 and not bool(inputs["advantages"].any()):
+            self.skipped_groups += 1
+            return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     def _get_per_token_logps_and_entropies(  # noqa: ANN201 - TRL's signature
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
@@ -307,6 +317,7 @@ class CpuTrainer:
         self.backend: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pending: dict[str, Any] = {}  #: the current step's rollout metrics, until TRL logs the step
+        self.skipped_before = 0  #: the trainer's skipped_groups when the last step was recorded
         self.steps_done = 0
 
     # ------------------------------------------------------------------ the run
@@ -505,8 +516,9 @@ class CpuTrainer:
         Wall seconds depend on what else runs on the machine; CPU seconds (``*_cpu_s``) much less.
         """
         row = {"step": step, **self.pending, **{k: logs[k] for k in TRL_LOGS if k in logs}}
-        row |= {"step_s": step_s, "step_cpu_s": step_cpu_s}
-        self.pending = {}
+        skipped = getattr(self.trainer, "skipped_groups", 0)
+        row |= {"groups_skipped": skipped - self.skipped_before, "step_s": step_s, "step_cpu_s": step_cpu_s}
+        self.pending, self.skipped_before = {}, skipped
         with self.metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
         if self.progress:
