@@ -210,6 +210,42 @@ def test_ablation_report_pairs_the_arms_by_seed(tmp_path):
     assert (cfg.run_dir / "ablation.png").stat().st_size > 0
 
 
+def test_ablation_report_says_which_changes_moved_beyond_the_seed_spread(tmp_path):
+    cfg = AblationConfig(recipe="cpu-smoke", seeds=(0, 1, 2), steps=2, run="r", out=str(tmp_path), eval_problems=4)
+    runs = cfg.run_dir / "runs"
+    held_out = {"warm": [0.25, 0.25, 0.5], "off": [0.5, 0.5, 0.75], "on": [0.25, 0.5, 0.5]}  # of 4 problems
+    for seed in cfg.seeds:
+        _write_run(cfg.run_dir, "off", seed, [0.4, 0.3], [0.2, 0.3])  # first attempts fail less in every seed
+        _write_run(cfg.run_dir, "on", seed, [0.4, 0.4 - 0.1 * seed], [0.2, 0.2])
+        (runs / f"warm-eval-seed{seed}.json").write_text(json.dumps({"accuracy": held_out["warm"][seed]}))
+        for arm in ("off", "on"):
+            ev = {"accuracy": held_out[arm][seed], "model": "m"}
+            (runs / run_name(arm, seed) / "eval.json").write_text(json.dumps(ev))
+    summary = summarize(cfg)
+    rows = {(r["what"], r["comparison"]): r for r in summary["intervals"]}
+    off = rows[("held-out accuracy", "after SAAR off - warm start")]
+    assert off["per_seed"] == pytest.approx([0.25] * 3) and off["beyond_seed_spread"]  # +1 problem in every seed
+    on = rows[("held-out accuracy", "after SAAR on - warm start")]
+    assert on["mean"] == pytest.approx(0.25 / 3) and not on["beyond_seed_spread"]  # 0, +1, 0 problems
+    assert on["interval"][0] < 0 < on["interval"][1]
+    assert rows[("first-attempt tool-failure rate of the steps", "SAAR off: second half - first half")][
+        "beyond_seed_spread"
+    ]
+    assert summary["held_out_pooled"]["warm"] == {
+        "right": 4, "samples": 12, "accuracy": pytest.approx(1 / 3), "interval": pytest.approx([0.138, 0.609], abs=1e-3)
+    }  # fmt: skip
+    report = write_report(cfg, load_recipe("cpu-smoke"), elapsed_s=60.0).read_text()
+    assert (
+        "| held-out accuracy | after SAAR off - warm start | +0.250, +0.250, +0.250 | +0.250 [+0.250, +0.250] "
+        "| **yes** |" in report
+    )
+    assert "warm start 4/12 = 0.333 [0.138, 0.609]" in report
+    assert (
+        "Beyond the seed-to-seed spread (95% interval over seeds excludes 0): held-out accuracy, after SAAR off"
+        in report
+    )
+
+
 def test_an_ablation_is_not_continued_from_another_model(tmp_path):
     from trainers.cpu.ablation import model_fingerprint, run_ablation
 

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from harness.reports.intervals import mean_interval, wilson
 from trainers.core.data import generated_items
 from trainers.core.plot import read_metrics
 from trainers.core.recipes import Recipe, load_recipe
@@ -278,7 +279,85 @@ def summarize(cfg: AblationConfig) -> dict[str, Any]:
         summary["paired"][key] = {"on_minus_off_second_half": diffs, "mean": _mean(diffs)}
     for s in cfg.seeds:
         summary["eval"][s] = {"warm": _eval(cfg, None, s), **{arm: _eval(cfg, arm, s) for arm in ARMS}}
+    summary["intervals"] = _intervals(cfg, data, summary)
+    summary["held_out_pooled"] = _held_out_pooled(cfg, summary)
     return summary
+
+
+#: what the intervals are computed for: (key, what) of the held-out evaluations and of the training steps
+HELD_OUT = (("accuracy", "held-out accuracy"), ("first_call_failure_rate", "held-out first-attempt tool-failure rate"))
+PER_STEP = (
+    ("first_call_failure_rate", "first-attempt tool-failure rate of the steps"),
+    ("accuracy", "accuracy of the steps"),
+)
+
+
+def _intervals(
+    cfg: AblationConfig, data: dict[str, dict[int, list[dict[str, Any]]]], summary: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Each change the ablation asks about, per seed and as a mean with its 95% t interval over seeds: what
+    training did in each arm (held out: after minus the warm start; per step: second half minus first half), and
+    SAAR on minus off."""
+    rows: list[dict[str, Any]] = []
+
+    def add(what: str, comparison: str, values: list[float]) -> None:
+        if not values:  # not measured (no held-out evaluation, or no seed finished both arms)
+            return
+        iv = mean_interval(values)
+        rows.append(
+            {
+                "what": what,
+                "comparison": comparison,
+                "per_seed": values,
+                "mean": _mean(values),
+                "interval": None if iv is None else [iv.low, iv.high],
+                "beyond_seed_spread": None if iv is None else iv.excludes_zero,
+            }
+        )
+
+    for key, what in HELD_OUT:
+        held = {p: [_held(summary, s, p, key) for s in cfg.seeds] for p in ("warm", *ARMS)}
+        for a, b, comparison in (
+            ("off", "warm", "after SAAR off - warm start"),
+            ("on", "warm", "after SAAR on - warm start"),
+            ("on", "off", "after SAAR on - after SAAR off"),
+        ):
+            add(
+                what,
+                comparison,
+                [x - y for x, y in zip(held[a], held[b], strict=True) if x is not None and y is not None],
+            )
+    half = max(cfg.steps // 2, 1)
+    for key, what in PER_STEP:
+        for arm in ARMS:
+            values = []
+            for s in summary["seeds_complete"]:
+                early = [r.get(key, 0.0) for r in data[arm][s] if r["step"] <= half]
+                late = [r.get(key, 0.0) for r in data[arm][s] if r["step"] > half]
+                if early and late:
+                    values.append(_mean(late) - _mean(early))
+            add(what, f"SAAR {arm}: second half - first half", values)
+        add(what, "SAAR on - off, second half", summary["paired"][key]["on_minus_off_second_half"])
+    return rows
+
+
+def _held(summary: dict[str, Any], seed: int, policy: str, key: str) -> float | None:
+    """One held-out evaluation's ``key`` (``policy``: warm, off or on), or ``None`` where it was not run."""
+    ev = summary["eval"][seed].get(policy)
+    return None if not ev or ev.get(key) is None else float(ev[key])
+
+
+def _held_out_pooled(cfg: AblationConfig, summary: dict[str, Any]) -> dict[str, Any]:
+    """Held-out accuracy of each policy pooled over the seeds (problems x seeds samples), with its Wilson interval."""
+    out = {}
+    for policy in ("warm", *ARMS):
+        accs = [ev["accuracy"] for s in cfg.seeds if (ev := summary["eval"][s].get(policy)) and "accuracy" in ev]
+        if accs and cfg.eval_problems:
+            n = cfg.eval_problems * len(accs)
+            k = sum(round(a * cfg.eval_problems) for a in accs)
+            iv = wilson(k, n)
+            out[policy] = {"right": k, "samples": n, "accuracy": iv.value, "interval": [iv.low, iv.high]}
+    return out
 
 
 def _fmt(x: Any) -> str:
@@ -302,10 +381,15 @@ def reading(summary: dict[str, Any]) -> list[str]:
             f"- {what}, second half: SAAR on minus off = {_fmt(summary['paired'][key]['mean'])} on average; "
             f"lower with SAAR in {lower} of {len(diffs)} seeds, higher in {higher}."
         )
-    out.append(
-        "- With this few seeds and steps a difference is a measurement, not a finding: the per-seed values above "
-        "show how much it varies."
-    )
+    moved = [r for r in summary.get("intervals", []) if r["beyond_seed_spread"]]
+    if moved:
+        out += [
+            "- Beyond the seed-to-seed spread (95% interval over seeds excludes 0): "
+            + "; ".join(f"{r['what']}, {r['comparison']}: {r['mean']:+.3f}" for r in moved)
+            + "."
+        ]
+    else:
+        out.append("- No change moved beyond the seed-to-seed spread (every 95% interval over seeds holds 0).")
     return out
 
 
@@ -384,6 +468,33 @@ def write_report(cfg: AblationConfig, recipe: Recipe, elapsed_s: float | None) -
                         f"| {s} | {name} | {_fmt(ev.get('accuracy'))} | {_fmt(ev.get('first_call_failure_rate'))} "
                         f"| {_fmt(ev.get('tool_calls_mean'))} |"
                     )
+    if pooled := summary["held_out_pooled"]:
+        names = {"warm": "warm start", "off": "after SAAR off", "on": "after SAAR on"}
+        lines += [
+            "",
+            "Pooled over the seeds (95% Wilson intervals): "
+            + "; ".join(
+                f"{names[p]} {v['right']}/{v['samples']} = {v['accuracy']:.3f} "
+                f"[{v['interval'][0]:.3f}, {v['interval'][1]:.3f}]"
+                for p, v in pooled.items()
+            )
+            + ".",
+        ]
+    lines += [
+        "",
+        "## Changes and their 95% intervals over seeds (Student's t)",
+        "",
+        "A change moved beyond the seed-to-seed spread when its interval excludes 0.",
+        "",
+        "| measure | change | per seed | mean [95% interval] | beyond the seed spread |",
+        "|---|---|---|---|---|",
+    ]
+    for row in summary["intervals"]:
+        iv = row["interval"]
+        shown = "-" if iv is None else f"{row['mean']:+.3f} [{iv[0]:+.3f}, {iv[1]:+.3f}]"
+        beyond = {None: "too few seeds", True: "**yes**", False: "no"}[row["beyond_seed_spread"]]
+        per_seed = ", ".join(f"{v:+.3f}" for v in row["per_seed"])
+        lines.append(f"| {row['what']} | {row['comparison']} | {per_seed} | {shown} | {beyond} |")
     lines += ["", "## What the numbers say", "", *reading(summary), ""]
     notes = cfg.run_dir / "reading.md"  # a hand-written interpretation, kept when the report is redrawn
     if notes.is_file():
