@@ -206,6 +206,7 @@ def test_ablation_report_pairs_the_arms_by_seed(tmp_path):
     assert summary["arms"]["on"]["accuracy"]["second_half"] == pytest.approx(0.2)
     report = write_report(cfg, load_recipe("cpu-smoke"), elapsed_s=60.0).read_text()
     assert "lower with SAAR in 1 of 2 seeds, higher in 1" in report
+    assert "wall time 1.0 min" in write_report(cfg, load_recipe("cpu-smoke"), elapsed_s=None).read_text()  # redrawn
     assert "| -0.050 (-0.200, 0.100) |" in report
     assert (cfg.run_dir / "ablation.png").stat().st_size > 0
 

@@ -394,10 +394,13 @@ def reading(summary: dict[str, Any]) -> list[str]:
 
 
 def write_report(cfg: AblationConfig, recipe: Recipe, elapsed_s: float | None) -> Path:
-    """``report.md``, ``summary.json`` and ``ablation.png`` in the run directory."""
+    """``report.md``, ``summary.json`` and ``ablation.png`` in the run directory (a redrawn report keeps the wall
+    time its runs measured)."""
     from trainers.core.plot import plot_ablation  # noqa: PLC0415
 
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    if elapsed_s is None and (previous := cfg.run_dir / "summary.json").is_file():
+        elapsed_s = json.loads(previous.read_text()).get("elapsed_s")
     data = _collect(cfg)
     summary = summarize(cfg)
     summary["config"] = asdict(cfg)
