@@ -79,23 +79,39 @@ def test_first_attempts_leave_out_saar_regenerations():
 
 
 @pytest.mark.slow
-def test_a_group_whose_advantages_are_all_zero_skips_its_passes_and_still_gives_zero_gradients():
-    from types import SimpleNamespace
-
+def test_rollouts_whose_advantage_is_zero_skip_their_passes_and_the_gradient_stays_the_same(monkeypatch):
     import torch
+    from trl import GRPOTrainer
 
     from trainers.cpu.trainer import SharedPromptGRPOTrainer
 
+    seen = []
+    monkeypatch.setattr(GRPOTrainer, "compute_loss", lambda self, model, inputs, *a: seen.append(inputs) or 1.0)
+    trainer = SharedPromptGRPOTrainer.__new__(SharedPromptGRPOTrainer)  # TRL's loss is stubbed: no model needed
+    trainer.beta, trainer.loss_type, trainer.skipped_rows = 0.0, "dapo", 0
     model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
     model[0].requires_grad_(False)  # as the frozen base under LoRA
-    trainer = SimpleNamespace(beta=0.0, skipped_groups=0)
-    loss = SharedPromptGRPOTrainer.compute_loss(trainer, model, {"advantages": torch.zeros(4)})
+
+    def batch(advantages: list[float]) -> dict:
+        ids = torch.arange(len(advantages))[:, None].repeat(1, 2)
+        return {"prompt_ids": ids, "completion_ids": ids + 10, "tool_mask": ids * 0, "advantages": torch.tensor(
+            advantages), "num_items_in_batch": torch.tensor(8)}  # fmt: skip
+
+    # every row's advantage 0 (equal rewards; 1e-13 is the float rounding of a group's mean): no passes at all
+    loss = trainer.compute_loss(model, batch([0.0, 1e-13, 0.0, -1e-13]))
     loss.backward()
-    assert float(loss) == 0.0 and trainer.skipped_groups == 1
+    assert float(loss) == 0.0 and trainer.skipped_rows == 4 and not seen
     assert model[0].weight.grad is None  # frozen: untouched
     assert all(p.grad is not None and not p.grad.any() for p in model[1].parameters())  # so AdamW steps as before
-    with pytest.raises(TypeError, match="super"):  # a non-zero advantage goes to TRL's loss (not in this stand-in)
-        SharedPromptGRPOTrainer.compute_loss(trainer, model, {"advantages": torch.tensor([0.0, 0.5])})
+    # mixed: only the rows with an advantage reach TRL's loss, whose normaliser (the batch's tokens) is kept
+    trainer.compute_loss(model, batch([0.0, 0.5, 0.0, -0.5]))
+    assert seen[0]["completion_ids"][:, 0].tolist() == [11, 13] and seen[0]["advantages"].tolist() == [0.5, -0.5]
+    assert seen[0]["tool_mask"].shape == (2, 2) and int(seen[0]["num_items_in_batch"]) == 8
+    assert trainer.skipped_rows == 6
+    trainer.compute_loss(model, batch([0.5, -0.5]))  # nothing to drop: the micro-batch as it came
+    trainer.beta = 0.04  # with a KL term a zero advantage still has a gradient: nothing is dropped
+    trainer.compute_loss(model, batch([0.0, 0.0]))
+    assert [len(b["advantages"]) for b in seen] == [2, 2, 2] and trainer.skipped_rows == 6
 
 
 def test_synced_weights_are_staged_in_shared_memory_only_when_it_has_room():
@@ -163,8 +179,8 @@ def test_training_from_the_warm_model_moves_reward_spread_loss_and_weights(tmp_p
             "saar_deep",
         } <= set(r)
         assert r["gen_batches"] < r["gen_rows"]  # the step's turns were generated together, not one by one
-        # a group whose rewards are all equal has its passes skipped (2 groups a step)
-        assert r["groups_skipped"] == round(2 * r["frac_reward_zero_std"])
+        # the rollouts of a group whose rewards are all equal have their passes skipped (4 rows a group)
+        assert r["rows_skipped"] >= round(8 * r["frac_reward_zero_std"])
 
 
 @pytest.mark.slow

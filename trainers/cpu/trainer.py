@@ -246,21 +246,45 @@ def _shared_prompt_logps(
     return torch.stack(logps), torch.stack(entropies) if entropy else None
 
 
+#: an advantage this small is 0: equal rewards, up to the float rounding of their group's mean (rewards that differ
+#: give advantages of 0.1 and more)
+ZERO_ADVANTAGE = 1e-6
+#: what TRL's GRPO hands the loss per micro-batch for text rollouts: tensors with a row per rollout, and the
+#: generation batch's token count (a micro-batch with anything else, such as images, is left whole)
+ROW_KEYS = frozenset({
+    "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "tool_mask",
+    "old_per_token_logps", "sampling_per_token_logps", "ref_per_token_logps", "importance_sampling_ratio",
+    "num_items_in_batch",
+})  # fmt: skip
+
+
 class SharedPromptGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer whose log-probs run each group's prompt once (:func:`shared_prompt_logps`), under
     bfloat16 autocast when ``bf16_autocast`` is set (``cpu.bf16``; TRL's own ``bf16`` would not reach them)."""
 
     bf16_autocast = False
-    skipped_groups = 0  #: micro-batches (GRPO groups) whose passes were skipped, every advantage 0
+    skipped_rows = 0  #: rollouts whose forward and backward passes were skipped (advantage 0)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001, ANN201
-        """TRL's loss, except for a group whose rewards are all equal: every advantage is 0 and, with no KL term
-        (``beta`` 0), so are the loss and its gradient. Its forward and backward passes are skipped; the zero
-        returned still gives every trainable weight a zero gradient, so the optimizer steps as it would have."""
-        if self.beta == 0.0 and not bool(inputs["advantages"].any()):
-            self.skipped_groups += 1
+        """TRL's loss over the micro-batch's rollouts whose advantage is not 0.
+
+        A rollout whose group's rewards are all equal (or whose reward is its group's mean) has advantage 0 and, with
+        no KL term (``beta`` 0), adds exactly 0 to the loss and its gradient; the ``dapo`` loss divides by the tokens
+        of the whole generation batch, not of the rows present, so dropping those rows changes neither. TRL shuffles
+        a step's rollouts before it splits them into micro-batches, so they are dropped row by row. A micro-batch
+        with none left returns a zero that still gives every trainable weight a zero gradient, so the optimizer steps
+        as it would have.
+        """
+        drop = inputs["advantages"].abs() < ZERO_ADVANTAGE
+        drop = drop if drop.dim() == 1 else drop.all(-1)
+        if self.beta != 0.0 or self.loss_type != "dapo" or not drop.any() or set(inputs) - ROW_KEYS:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        self.skipped_rows += int(drop.sum())
+        if drop.all():
             return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
-        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        keep = ~drop
+        rows = {k: v[keep] if k != "num_items_in_batch" and v is not None else v for k, v in inputs.items()}
+        return super().compute_loss(model, rows, return_outputs, num_items_in_batch)
 
     def _get_per_token_logps_and_entropies(  # noqa: ANN201 - TRL's signature
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
@@ -317,7 +341,7 @@ class CpuTrainer:
         self.backend: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.pending: dict[str, Any] = {}  #: the current step's rollout metrics, until TRL logs the step
-        self.skipped_before = 0  #: the trainer's skipped_groups when the last step was recorded
+        self.skipped_before = 0  #: the trainer's skipped_rows when the last step was recorded
         self.steps_done = 0
 
     # ------------------------------------------------------------------ the run
@@ -516,8 +540,8 @@ class CpuTrainer:
         Wall seconds depend on what else runs on the machine; CPU seconds (``*_cpu_s``) much less.
         """
         row = {"step": step, **self.pending, **{k: logs[k] for k in TRL_LOGS if k in logs}}
-        skipped = getattr(self.trainer, "skipped_groups", 0)
-        row |= {"groups_skipped": skipped - self.skipped_before, "step_s": step_s, "step_cpu_s": step_cpu_s}
+        skipped = getattr(self.trainer, "skipped_rows", 0)
+        row |= {"rows_skipped": skipped - self.skipped_before, "step_s": step_s, "step_cpu_s": step_cpu_s}
         self.pending, self.skipped_before = {}, skipped
         with self.metrics_path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(row) + "\n")
