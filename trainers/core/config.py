@@ -17,7 +17,7 @@ from trainers.core.faults import SANDBOX_RETRIES
 
 CONFIG_ENV = "CLEANER_AGENT_CONFIG"
 #: what may generate the CPU trainer's rollouts (CpuConfig.engine)
-ENGINES = ("hf", "vllm")
+ENGINES = ("hf", "vllm", "auto")
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,8 @@ class CpuConfig:
     )
     engine: str = _help(
         "hf",
-        "what generates the rollouts: hf (the policy in-process, batched) or vllm (vLLM's engine on CPU, the "
-        "policy's merged weights synced after every optimizer step)",
+        "what generates the rollouts: hf (the policy in-process, batched), vllm (vLLM's engine on CPU, the "
+        "policy's merged weights synced after every optimizer step) or auto (vllm where vLLM can run, else hf)",
     )
 
     def __post_init__(self) -> None:

@@ -380,7 +380,10 @@ class CpuTrainer:
         self.trainer = self._grpo_trainer()
         self.backend = get_backend(self.recipe.executor.sandbox or "local")
         self.loop = asyncio.new_event_loop()
-        if self.cfg.engine == "vllm":
+        engine, why = rollout_engine(self.cfg.engine)
+        if why and self.progress:
+            print(f"cpu.engine auto: rollouts generated in process, not on vLLM ({why})", flush=True)
+        if engine == "vllm":
             from harness.engines.serve import served_dir  # noqa: PLC0415
             from trainers.core.engine_sync import EngineSampler  # noqa: PLC0415
 
@@ -388,7 +391,7 @@ class CpuTrainer:
             self.sampler = EngineSampler(model_dir, self.tokenizer, self.cfg, max_model_len=self.cfg.max_total_tokens)
         else:
             self.sampler = PolicySampler(self.policy, self.tokenizer, self.cfg, max_batch=self.batch_size)
-        info = {"recipe": self.recipe.shown_path, "model": self.recipe.model, "cpu": asdict(self.cfg)}
+        info = {"recipe": self.recipe.shown_path, "model": self.recipe.model, "cpu": asdict(self.cfg), "engine": engine}
         settings = self.run_dir / "recipe.json"
         if self.resume and settings.exists():  # a resumed run keeps what it started with; note each resume
             with (self.run_dir / "resumed.jsonl").open("a", encoding="utf-8") as fh:
@@ -613,6 +616,17 @@ def train_cpu(
     run_dir = resolve_run_dir(recipe.name, out_root, run_name, resume)
     with CpuTrainer(recipe, run_dir=run_dir, resume=resume, stop_after=stop_after, progress=progress) as run:
         return run.train()
+
+
+def rollout_engine(requested: str) -> tuple[str, str | None]:
+    """What generates a run's rollouts (``cpu.engine``): ``auto`` is ``vllm`` where vLLM can run here, else ``hf``,
+    with the reason vLLM cannot."""
+    if requested != "auto":
+        return requested, None
+    from harness.engines.serve import vllm_missing  # noqa: PLC0415
+
+    why = vllm_missing()
+    return ("hf", why) if why else ("vllm", None)
 
 
 def load_model_f32(spec: str | None, loader: Any) -> tuple[Any, Any]:
