@@ -38,9 +38,6 @@ class Interval:
     def excludes_zero(self) -> bool:
         return self.low > 0.0 or self.high < 0.0
 
-    def __str__(self) -> str:
-        return f"{self.value:+.3f} [{self.low:+.3f}, {self.high:+.3f}]"
-
 
 def mean_interval(xs: list[float]) -> Interval | None:
     """The mean of ``xs`` and its 95% t interval (``None`` for fewer than two values)."""

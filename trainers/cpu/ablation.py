@@ -351,7 +351,7 @@ def _held_out_pooled(cfg: AblationConfig, summary: dict[str, Any]) -> dict[str, 
     """Held-out accuracy of each policy pooled over the seeds (problems x seeds samples), with its Wilson interval."""
     out = {}
     for policy in ("warm", *ARMS):
-        accs = [ev["accuracy"] for s in cfg.seeds if (ev := summary["eval"][s].get(policy)) and "accuracy" in ev]
+        accs = [a for s in cfg.seeds if (a := _held(summary, s, policy, "accuracy")) is not None]
         if accs and cfg.eval_problems:
             n = cfg.eval_problems * len(accs)
             k = sum(round(a * cfg.eval_problems) for a in accs)
