@@ -309,3 +309,10 @@ def test_the_ablation_runs_both_arms_on_the_engine_asked_for():
     assert config_from_args(parser.parse_args(["--engine", "vllm"])).engine == "vllm"
     with pytest.raises(ValueError, match="cpu.engine must be one of"):
         CpuConfig.from_dict(arm_recipe(recipe, "on", 1, 3, "sglang").cpu, "r.yaml")
+
+
+def test_the_engines_dtype_is_float32_or_bfloat16():
+    assert CpuConfig().engine_dtype == "float32"  # the engine samples exactly the trainer's policy unless asked
+    assert CpuConfig.from_dict({"engine_dtype": "bfloat16"}, "r.yaml").engine_dtype == "bfloat16"
+    with pytest.raises(ValueError, match="cpu.engine_dtype must be one of float32, bfloat16, got 'float16'"):
+        CpuConfig.from_dict({"engine_dtype": "float16"}, "r.yaml")

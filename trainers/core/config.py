@@ -18,6 +18,8 @@ from trainers.core.faults import SANDBOX_RETRIES
 CONFIG_ENV = "CLEANER_AGENT_CONFIG"
 #: what may generate the CPU trainer's rollouts (CpuConfig.engine)
 ENGINES = ("hf", "vllm", "auto")
+#: the weights' dtype in vLLM's engine (CpuConfig.engine_dtype)
+ENGINE_DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -150,11 +152,19 @@ class CpuConfig:
         "what generates the rollouts: hf (the policy in-process, batched), vllm (vLLM's engine on CPU, the "
         "policy's merged weights synced after every optimizer step) or auto (vllm where vLLM can run, else hf)",
     )
+    engine_dtype: str = _help(
+        "float32",
+        "the weights' dtype in vLLM's engine: float32 samples from the trainer's own policy; bfloat16 generates "
+        "about twice the tokens/s on CPUs with AVX-512 BF16 and samples from the policy rounded to bfloat16, as "
+        "GPU engines do (the trainer recomputes the log-probs either way)",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "cpu")
         if self.engine not in ENGINES:
             raise ValueError(f"cpu.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine_dtype not in ENGINE_DTYPES:
+            raise ValueError(f"cpu.engine_dtype must be one of {', '.join(ENGINE_DTYPES)}, got {self.engine_dtype!r}")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> CpuConfig:

@@ -123,23 +123,24 @@ class EngineSampler:
 
     Token ids in, sampled ids out; a turn ends at the end-of-turn token or after a complete tool call
     (the same stops as the in-process sampler), each request with its own seed. The engine is built in
-    float32 from the warm model's served directory and gets the policy's merged weights with
-    :meth:`sync` after every optimizer step, so what it samples is the policy's distribution.
+    ``cfg.engine_dtype`` from the warm model's served directory and gets the policy's merged weights with
+    :meth:`sync` after every optimizer step, so what it samples is the policy's distribution (in float32
+    exactly; in bfloat16 the policy rounded to bfloat16).
     """
 
-    def __init__(self, model_dir: str, tokenizer: Any, cfg: Any, *, max_model_len: int, dtype: str = "float32") -> None:
+    def __init__(self, model_dir: str, tokenizer: Any, cfg: Any, *, max_model_len: int) -> None:
         from harness.core import chat  # noqa: PLC0415
         from harness.engines.vllm_offline import OfflineEngine  # noqa: PLC0415
 
         for key, value in engine_env().items():
             os.environ.setdefault(key, value)
-        self.tokenizer, self.cfg, self.dtype = tokenizer, cfg, dtype
+        self.tokenizer, self.cfg, self.dtype = tokenizer, cfg, cfg.engine_dtype
         self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
         self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
         start = time.perf_counter()
         # the harness's engine on CPU: the model in the engine-core process (no worker process polling the core the
         # trainer computes on), whole prefills only (a chunked prefill of a seeded request kills vLLM 0.32 on CPU)
-        self.engine = OfflineEngine(model_dir, dtype=dtype, max_model_len=max_model_len, seed=cfg.seed).engine
+        self.engine = OfflineEngine(model_dir, dtype=self.dtype, max_model_len=max_model_len, seed=cfg.seed).engine
         self.build_s = time.perf_counter() - start
         self.requests = 0
         self.synced_step: int | None = None
