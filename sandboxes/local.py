@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import errno
 import json
 import logging
 import math
@@ -62,7 +63,7 @@ from typing import Any
 from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.errors import classify
 from sandboxes.isolation import BWRAP_WORKDIR, bwrap_argv, find_bwrap, interpreter
-from sandboxes.local_policy import LocalConfig, choose_isolation, scrubbed_env, set_rlimits
+from sandboxes.local_policy import LocalConfig, choose_isolation, prlimit_argv, scrubbed_env, set_rlimits
 from sandboxes.local_procs import UID_LOCK_DIR, _pids_of_uid, _text, _UidLease, kill_uid, run_fenced
 from sandboxes.owner import orphaned, owner_labels
 
@@ -254,14 +255,19 @@ class LocalSandbox(Sandbox):
         start = time.monotonic()
         self._make_dirs()
         cap = self.config.max_output_bytes
+        # In bwrap (argv[0], probed to exist) the limits are set by prlimit in front of it, so that Python can vfork:
+        # a preexec_fn makes it copy this whole process to start each program (local_policy.prlimit_argv)
+        limits = prlimit_argv(self.config, cpu, nproc) if self.isolation == "bwrap" else None
         try:
+            if limits is not None and not os.access(argv[0], os.X_OK):  # what the exec would have raised
+                raise FileNotFoundError(errno.ENOENT, "no such executable", argv[0])
             outcome = await run_fenced(
-                argv,
+                [*limits, *argv] if limits else argv,
                 data,
                 timeout,
                 cwd=cwd,
                 env=env,
-                preexec=lambda: set_rlimits(self.config, cpu, nproc),
+                preexec=None if limits else lambda: set_rlimits(self.config, cpu, nproc),
                 cap=cap,
                 uid=self.uid,
                 user_kwargs=self._user_kwargs(),

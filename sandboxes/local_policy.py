@@ -4,13 +4,16 @@
 here (probing it, as the sandbox uid when this process is root), and refuses to run model code
 unisolated unless asked by name, or as root ever (the command lines and the refusals live in
 :mod:`sandboxes.isolation`). :func:`scrubbed_env` is all of the environment a program sees;
-:func:`set_rlimits` applies the resource limits in the child.
+:func:`rlimits` are the resource limits, set by ``prlimit`` in the program's command line
+(:func:`prlimit_argv`) or, where util-linux is missing, by :func:`set_rlimits` in the child.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
+import shutil
 import sys
 from dataclasses import dataclass, field
 
@@ -76,18 +79,55 @@ def scrubbed_env(
     return env
 
 
-def set_rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> None:
-    """Runs in the child between fork and exec: the resource limits."""
+def rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> dict[int, tuple[int, int]]:
+    """The resource limits of one program run: (soft, hard) per ``resource.RLIMIT_*``."""
     mem = config.memory_mb * 1024 * 1024
-    limits = {
+    return {
         resource.RLIMIT_CPU: (cpu_seconds, cpu_seconds + 1),
         resource.RLIMIT_AS: (mem, mem),
         resource.RLIMIT_FSIZE: (config.max_file_mb * 1024 * 1024,) * 2,
         resource.RLIMIT_CORE: (0, 0),
         resource.RLIMIT_NPROC: (nproc, nproc),
     }
-    for which, value in limits.items():
+
+
+def set_rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> None:
+    """Runs in the child between fork and exec: the resource limits (where ``prlimit`` is missing)."""
+    for which, value in rlimits(config, cpu_seconds, nproc).items():
         resource.setrlimit(which, value)
+
+
+_PRLIMIT_OPTIONS = {
+    resource.RLIMIT_CPU: "--cpu",
+    resource.RLIMIT_AS: "--as",
+    resource.RLIMIT_FSIZE: "--fsize",
+    resource.RLIMIT_CORE: "--core",
+    resource.RLIMIT_NPROC: "--nproc",
+}
+
+
+@functools.cache
+def find_prlimit() -> str | None:
+    """``prlimit`` (util-linux), or None."""
+    return shutil.which("prlimit")
+
+
+def prlimit_argv(config: LocalConfig, cpu_seconds: int, nproc: int) -> list[str] | None:
+    """``prlimit`` options that set :func:`rlimits` on the command it then execs (same pid), or None without it.
+
+    Why not a ``preexec_fn``: with one, Python cannot ``vfork`` and copies the whole calling process's page tables
+    to start each program, in the event loop: 97 ms from a process of 2.4 GB (a trainer or an evaluation holding a
+    model; 168 ms a program in the CPU trainer), against 1.3 ms with ``vfork`` and 2.9 ms with ``prlimit`` and
+    ``setpriv`` exec'd in front of the program.
+    """
+    prlimit = find_prlimit()
+    if prlimit is None:
+        return None
+    flags = [
+        f"{_PRLIMIT_OPTIONS[which]}={soft}:{hard}"
+        for which, (soft, hard) in rlimits(config, cpu_seconds, nproc).items()
+    ]
+    return [prlimit, *flags, "--"]
 
 
 # --------------------------------------------------------------------------- which isolation runs here

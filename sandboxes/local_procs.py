@@ -192,7 +192,7 @@ async def run_fenced(
     *,
     cwd: Path,
     env: dict[str, str],
-    preexec: Callable[[], None],
+    preexec: Callable[[], None] | None,
     cap: int,
     uid: int | None,
     user_kwargs: dict[str, Any],

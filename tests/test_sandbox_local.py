@@ -191,6 +191,33 @@ async def test_big_file_is_refused(sb: LocalSandbox) -> None:
         await small.close()
 
 
+@pytest.mark.parametrize("prlimit", [True, False], ids=["prlimit", "preexec"])
+async def test_the_program_runs_under_its_limits_set_by_prlimit_or_in_the_child(
+    sb: LocalSandbox, prlimit: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In bwrap ``prlimit`` sets the limits in the command line (so that Python can vfork instead of copying this
+    process); without util-linux, or unisolated, the child sets them: the same limits either way."""
+    import sandboxes.local_policy as policy
+
+    if not prlimit:
+        monkeypatch.setattr(policy, "find_prlimit", lambda: None)
+    elif policy.find_prlimit() is None:
+        pytest.skip("no prlimit (util-linux) here")
+    limited = _make(sb.config.isolation, memory_mb=700, max_file_mb=3, max_processes=40, cpu_seconds=9)
+    try:
+        names = ("CPU", "AS", "FSIZE", "CORE", "NPROC")
+        code = f"import resource as r\nprint([r.getrlimit(getattr(r, 'RLIMIT_' + k)) for k in {names}])"
+        result = await limited.run_python(code, timeout=5)
+        assert result.ok, result
+        mib = 1024 * 1024
+        nproc = 40 if IS_ROOT or limited.isolation == "bwrap" else None  # non-root unisolated adds its own processes
+        limits = eval(result.stdout)  # noqa: S307 - the list of tuples the program printed
+        assert limits[:4] == [(9, 10), (700 * mib, 700 * mib), (3 * mib, 3 * mib), (0, 0)]
+        assert nproc is None or limits[4] == (nproc, nproc)
+    finally:
+        await limited.close()
+
+
 async def test_fork_bomb_is_contained(strong: LocalSandbox) -> None:
     def host_processes() -> int:
         return sum(1 for p in os.listdir("/proc") if p.isdigit())
