@@ -117,8 +117,8 @@ def prlimit_argv(config: LocalConfig, cpu_seconds: int, nproc: int) -> list[str]
 
     Why not a ``preexec_fn``: with one, Python cannot ``vfork`` and copies the whole calling process's page tables
     to start each program, in the event loop: 97 ms from a process of 2.4 GB (a trainer or an evaluation holding a
-    model; 168 ms a program in the CPU trainer), against 1.3 ms with ``vfork`` and 2.9 ms with ``prlimit`` and
-    ``setpriv`` exec'd in front of the program.
+    model; 168 ms a program in the CPU trainer), against 1.3 ms with ``vfork``, and 2.9 ms with two such small
+    programs (``prlimit``, ``setpriv``) exec'd in front of it.
     """
     prlimit = find_prlimit()
     if prlimit is None:

@@ -155,8 +155,8 @@ class CpuConfig:
     engine_dtype: str = _help(
         "float32",
         "the weights' dtype in vLLM's engine: float32 samples from the trainer's own policy; bfloat16 generates "
-        "about twice the tokens/s on CPUs with AVX-512 BF16 and samples from the policy rounded to bfloat16, as "
-        "GPU engines do (the trainer recomputes the log-probs either way)",
+        "1.35x (a step's 8 rollouts) to 1.9x (16 requests) the tokens/s on CPUs with AVX-512 BF16 and samples "
+        "from the policy rounded to bfloat16, as GPU engines do (the trainer recomputes the log-probs either way)",
     )
 
     def __post_init__(self) -> None:
