@@ -287,6 +287,19 @@ def test_an_ablation_is_not_continued_from_another_model(tmp_path):
         run_ablation(cfg, progress=False)  # the "on" arm would start from today's warm model
 
 
+def test_a_continued_ablations_wall_time_includes_the_earlier_invocations(tmp_path):
+    """Re-running the command continues an ablation from its finished runs; its report's wall time is then the
+    earlier invocations' (recorded in summary.json) plus this one's, not this one's alone."""
+    from trainers.cpu.ablation import run_ablation
+
+    cfg = AblationConfig(recipe="cpu-smoke", seeds=(0,), steps=2, run="r", out=str(tmp_path), eval_problems=0)
+    for arm in ("off", "on"):
+        _write_run(cfg.run_dir, arm, 0, [0.5, 0.4], [0.1, 0.2])  # both finished
+    (cfg.run_dir / "summary.json").write_text(json.dumps({"elapsed_s": 600.0}))
+    assert "wall time 10.0 min" in run_ablation(cfg, progress=False).read_text()
+    assert json.loads((cfg.run_dir / "summary.json").read_text())["elapsed_s"] >= 600.0
+
+
 def test_ablation_rejects_bad_options():
     with pytest.raises(ValueError, match="seeds"):
         AblationConfig(seeds=())

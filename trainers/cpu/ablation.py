@@ -123,7 +123,10 @@ def run_ablation(cfg: AblationConfig, *, progress: bool = True) -> Path:
     if cfg.only:
         arm, _, seed = cfg.only.partition(":")
         pending = [(arm, int(seed))]
-    pending = [(a, s) for a, s in pending if not _finished(cfg, a, s)]
+    kept = [(a, s) for a, s in pending if _finished(cfg, a, s)]
+    pending = [(a, s) for a, s in pending if (a, s) not in kept]
+    # runs kept from an earlier invocation: the wall time goes on from what that invocation's report recorded
+    earlier_s = (_recorded_elapsed(cfg) or 0.0) if kept else 0.0
     if pending:
         _refuse_another_model(cfg, model_fingerprint(recipe.model))
     if cfg.jobs > 1 and len(pending) > 1:
@@ -133,7 +136,13 @@ def run_ablation(cfg: AblationConfig, *, progress: bool = True) -> Path:
             train_arm(cfg, recipe, arm, seed, progress)
     if cfg.only:
         return cfg.run_dir / "runs" / run_name(*pending[0]) if pending else cfg.run_dir
-    return write_report(cfg, recipe, None if cfg.report_only else time.time() - started)
+    return write_report(cfg, recipe, None if cfg.report_only else time.time() - started + earlier_s)
+
+
+def _recorded_elapsed(cfg: AblationConfig) -> float | None:
+    """The wall time the run directory's last report recorded (None: no report yet, or none recorded)."""
+    previous = cfg.run_dir / "summary.json"
+    return json.loads(previous.read_text()).get("elapsed_s") if previous.is_file() else None
 
 
 def _finished(cfg: AblationConfig, arm: str, seed: int) -> bool:
@@ -399,8 +408,8 @@ def write_report(cfg: AblationConfig, recipe: Recipe, elapsed_s: float | None) -
     from trainers.core.plot import plot_ablation  # noqa: PLC0415
 
     cfg.run_dir.mkdir(parents=True, exist_ok=True)
-    if elapsed_s is None and (previous := cfg.run_dir / "summary.json").is_file():
-        elapsed_s = json.loads(previous.read_text()).get("elapsed_s")
+    if elapsed_s is None:
+        elapsed_s = _recorded_elapsed(cfg)
     data = _collect(cfg)
     summary = summarize(cfg)
     summary["config"] = asdict(cfg)
