@@ -114,6 +114,69 @@ def test_rollouts_whose_advantage_is_zero_skip_their_passes_and_the_gradient_sta
     assert [len(b["advantages"]) for b in seen] == [2, 2, 2] and trainer.skipped_rows == 6
 
 
+@pytest.mark.slow
+def test_micro_batches_regrouped_by_prompt_give_the_optimizer_the_same_gradient(tmp_path, monkeypatch):
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig
+    from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
+
+    from harness.engines.models import load_model
+    from trainers.cpu.trainer import SharedPromptGRPOTrainer, cleaner_reward
+
+    torch.manual_seed(0)
+    model, tok = load_model(None, dtype=torch.float32)
+    args = GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4,
+        beta=0.0, loss_type="dapo", use_cpu=True, report_to=[], max_completion_length=8, bf16=False,
+    )  # fmt: skip
+    lora = LoraConfig(r=4, target_modules="all-linear", task_type="CAUSAL_LM", init_lora_weights=False)
+    trainer = SharedPromptGRPOTrainer(
+        model=model, reward_funcs=[cleaner_reward], args=args, processing_class=tok, peft_config=lora,
+        train_dataset=Dataset.from_list([{"prompt": "a"}, {"prompt": "b"}]),
+    )  # fmt: skip
+    policy = trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2  # what the training loop sets
+    # a step of two groups of 4 (TRL's layout: left-padded prompts, right-padded completions); the first group's
+    # rewards were all equal (advantage 0), the second's were not
+    prompts = [[0, 0, 5, 9, 200, 300], [1, 5, 9, 201, 302, 303]]
+    ids = torch.tensor([prompts[row // 4] for row in range(8)])
+    completions = torch.randint(10, 1000, (8, 5))
+    lengths = torch.tensor([5, 3, 4, 2, 5, 4, 1, 3])
+    completion_mask = (torch.arange(5)[None] < lengths[:, None]).long()
+    batch = {
+        "prompt_ids": ids, "prompt_mask": (ids != 0).long(), "completion_ids": completions * completion_mask,
+        "completion_mask": completion_mask, "tool_mask": torch.ones_like(completion_mask),
+        "advantages": torch.tensor([0.0, 0.0, 1e-13, 0.0, 1.2, -0.4, 0.7, -1.5]),
+        "num_items_in_batch": completion_mask.sum(), "old_per_token_logps": None,
+    }  # fmt: skip
+
+    def gradient(micro_batches: list[dict]) -> list[torch.Tensor]:
+        policy.zero_grad()
+        for micro_batch in micro_batches:
+            trainer.compute_loss(policy, micro_batch).backward()
+        return [p.grad.clone() for p in policy.parameters() if p.requires_grad]
+
+    torch.manual_seed(3)  # TRL's own order: rows of both groups in each micro-batch
+    shuffled = split_tensor_dict(shuffle_sequence_dict(dict(batch)), 2)
+    assert all(len({tuple(r.tolist()) for r in b["prompt_ids"]}) == 2 for b in shuffled)
+    monkeypatch.setattr(trainer, "_generate_and_score_completions", lambda _: dict(batch), raising=False)
+    trainer._step, trainer._buffered_inputs = 0, None
+    first = trainer._prepare_inputs(None)  # TRL generates, shuffles and splits; then the rows are regrouped
+    trainer._step = 1
+    regrouped = [first, trainer._prepare_inputs(None)]
+    assert sorted(regrouped[0]["advantages"].tolist()) == pytest.approx([-1.5, -0.4, 0.7, 1.2])
+    assert regrouped[1]["advantages"].abs().max() < 1e-12  # the rows with nothing to learn, together
+    assert (regrouped[0]["prompt_ids"] == ids[4]).all()  # one prompt: one pass through the decoder
+    skipped = trainer.skipped_rows
+    expected, got = gradient(shuffled), gradient(regrouped)
+    assert trainer.skipped_rows - skipped == 8  # 4 rows in each order: the second micro-batch cost nothing
+    assert any(g.abs().max() > 0 for g in expected)
+    for e, g in zip(expected, got, strict=True):  # equal up to float32 summation order
+        assert (g - e).abs().max() <= 1e-4 * e.abs().max()
+
+
 def test_the_default_recipe_generates_on_vllm_where_it_can_run_and_in_process_elsewhere(monkeypatch):
     import harness.engines.serve as serve
     from trainers.cpu.trainer import rollout_engine

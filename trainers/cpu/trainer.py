@@ -258,12 +258,62 @@ ROW_KEYS = frozenset({
 })  # fmt: skip
 
 
+def regroup_micro_batches(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same rows in micro-batches of the same sizes, ordered so that each holds as few prompts as it can.
+
+    TRL shuffles a step's rollouts before it splits them into micro-batches, so the rows a micro-batch trains come
+    from every group: each micro-batch runs every prompt through the decoder (:func:`shared_prompt_logps` shares a
+    prompt only within one micro-batch) and a backward pass, even when only one group has anything to learn. Here
+    the rows with an advantage come first, one prompt after another, and the rows without one last: a step whose
+    other groups all had equal rewards trains in one micro-batch with one prompt, and the micro-batches holding
+    only zero-advantage rows cost nothing (:meth:`SharedPromptGRPOTrainer.compute_loss`). Every key must be in
+    :data:`ROW_KEYS` (a tensor with a row per rollout, or the batch-wide ``num_items_in_batch``).
+    """
+    import torch  # noqa: PLC0415
+
+    sizes = [len(b["advantages"]) for b in batches]
+    rows = {
+        k: torch.cat([b[k] for b in batches]) if k != "num_items_in_batch" and batches[0][k] is not None else None
+        for k in batches[0]
+    }
+    advantages = rows["advantages"] if rows["advantages"].dim() == 1 else rows["advantages"].abs().amax(-1)
+    zero = (advantages.abs() < ZERO_ADVANTAGE).tolist()
+    prompts = [
+        tuple(ids[mask.bool()].tolist()) for ids, mask in zip(rows["prompt_ids"], rows["prompt_mask"], strict=True)
+    ]
+    first_seen = {prompt: i for i, prompt in reversed(list(enumerate(prompts)))}
+    order = torch.tensor(sorted(range(len(prompts)), key=lambda i: (zero[i], first_seen[prompts[i]], i)))
+    out, start = [], 0
+    for batch, size in zip(batches, sizes, strict=True):
+        picked = order[start : start + size]
+        out.append({k: v[picked] if v is not None else batch[k] for k, v in rows.items()})
+        start += size
+    return out
+
+
 class SharedPromptGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer whose log-probs run each group's prompt once (:func:`shared_prompt_logps`), under
-    bfloat16 autocast when ``bf16_autocast`` is set (``cpu.bf16``; TRL's own ``bf16`` would not reach them)."""
+    bfloat16 autocast when ``bf16_autocast`` is set (``cpu.bf16``; TRL's own ``bf16`` would not reach them), and
+    whose micro-batches put the rows of a prompt together (:func:`regroup_micro_batches`)."""
 
     bf16_autocast = False
     skipped_rows = 0  #: rollouts whose forward and backward passes were skipped (advantage 0)
+
+    def _prepare_inputs(self, generation_batch):  # noqa: ANN001, ANN202 - TRL's signature
+        """TRL's micro-batch for this accumulation step; when TRL has just generated the step's rollouts, they are
+        first regrouped (:func:`regroup_micro_batches`) wherever that leaves the optimizer's step unchanged: one
+        optimizer step per generation batch (``steps_per_generation`` = ``gradient_accumulation_steps``, one
+        iteration) and a loss that sums over tokens and divides by the whole generation batch's (``dapo``)."""
+        fresh = (
+            self._buffered_inputs is None or self._step % (self.args.steps_per_generation * self.num_iterations) == 0
+        )
+        inputs = super()._prepare_inputs(generation_batch)
+        one_step = self.num_iterations == 1 and self.args.steps_per_generation == self.args.gradient_accumulation_steps
+        batches = self._buffered_inputs
+        if fresh and self.model.training and one_step and self.loss_type == "dapo" and not set(batches[0]) - ROW_KEYS:
+            self._buffered_inputs = regroup_micro_batches(batches)
+            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+        return inputs
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001, ANN201
         """TRL's loss over the micro-batch's rollouts whose advantage is not 0.
