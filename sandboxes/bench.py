@@ -109,9 +109,14 @@ async def bench_docker(args: argparse.Namespace, out: dict[str, Any]) -> None:
             await backend.release(sb)
         sandboxes = [await backend.acquire() for _ in range(max(CONCURRENCY))]
         first = sandboxes[0]
+        before = await asyncio.to_thread(_throttling, first._current.container)
+        trivial = await latency(lambda c: first.run_python(c), TRIVIAL, args.n)
+        after = await asyncio.to_thread(_throttling, first._current.container)
+        # how often the container's cpu quota stopped it during the trivial calls (the cause of a long p99)
+        trivial["cpu_quota_throttled"] = {k: after[k] - before[k] for k in after}
         result: dict[str, Any] = {
             "max_containers": backend.max_containers,
-            "trivial": await latency(lambda c: first.run_python(c), TRIVIAL, args.n),
+            "trivial": trivial,
             "numpy": await latency(lambda c: first.run_python(c), NUMPY, args.n // 2),
             "throughput_calls_per_s": {
                 str(c): await throughput([s.run_python for s in sandboxes[:c]], args.total) for c in CONCURRENCY
@@ -144,6 +149,15 @@ async def bench_docker(args: argparse.Namespace, out: dict[str, Any]) -> None:
         out["docker_exec_transport"] = {"trivial": await latency(lambda c: sb.run_python(c), TRIVIAL, args.n)}
     finally:
         await sb.close()
+
+
+def _throttling(container: Any) -> dict[str, float]:
+    data = container.stats(stream=False).get("cpu_stats", {}).get("throttling_data", {})
+    return {
+        "periods": data.get("periods", 0),
+        "throttled_periods": data.get("throttled_periods", 0),
+        "throttled_ms": round(data.get("throttled_time", 0) / 1e6, 1),
+    }
 
 
 def _memory_mb(container: Any) -> dict[str, float]:

@@ -43,7 +43,7 @@ async def test_container_is_locked_down(sandbox) -> None:
     assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
     assert "no-new-privileges" in host["SecurityOpt"]
     assert host["Memory"] == 512 * 1024**2 and host["MemorySwap"] == host["Memory"]
-    assert host["PidsLimit"] == 64 and host["NanoCpus"] == 10**9
+    assert host["PidsLimit"] == 64 and host["CpuQuota"] == host["CpuPeriod"] == 10_000  # 1 cpu, per 10 ms
     assert not host.get("Binds") and container.attrs["Mounts"] == []
     assert not host.get("Privileged")
     assert set(host["Tmpfs"]) == {"/work", "/tmp"} and "size=64m" in host["Tmpfs"]["/work"]

@@ -51,6 +51,15 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+def test_the_cpu_quota_is_enforced_per_10_ms() -> None:
+    from sandboxes.docker_policy import DockerConfig, container_spec
+
+    spec = container_spec(DockerConfig(cpus=1.5), "img")
+    assert (spec["cpu_quota"], spec["cpu_period"]) == (15_000, 10_000) and "nano_cpus" not in spec
+    with pytest.raises(ValueError, match=r"cpus must be at least 0\.1"):
+        DockerConfig(cpus=0.05)  # a 0.5 ms quota: the kernel refuses less than 1 ms
+
+
 def test_only_a_dead_owner_on_this_host_makes_an_orphan() -> None:
     mine = owner_labels()
     assert mine[f"{LABEL}.owner.pid"] == str(os.getpid()) and mine[f"{LABEL}.owner.boot"]
