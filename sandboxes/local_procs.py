@@ -241,7 +241,9 @@ async def run_fenced(
         timed_out = not waiter.done() and not flood.is_set()
         output_exceeded = flood.is_set()
         if not waiter.done():
-            kill_group(proc.pid, uid)
+            # its group now (bwrap's: its pid namespace dies with it); the sweep of the sandbox uid, which scans
+            # /proc and may take rounds, follows in a thread: in the event loop it stalled every other call
+            kill_group(proc.pid, None)
             await asyncio.wait({waiter}, timeout=0.5)
         await asyncio.to_thread(kill_leftovers, proc.pid, uid)  # background children, setsid escapes
         cleaned = True

@@ -159,6 +159,25 @@ async def test_timeout_is_enforced(sb: LocalSandbox, code: str) -> None:
     await assert_healthy(sb)
 
 
+async def test_the_sweep_after_a_timeout_runs_off_the_event_loop(
+    strong: LocalSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep of the sandbox uid scans /proc and may take rounds; in the event loop it stalled every other call
+    of the process (the soak at 64 clients: 0.5 s timeouts answered after 5-7 s)."""
+    import threading
+
+    import sandboxes.local_procs as procs
+
+    sweeps, sweep = [], procs.kill_uid
+    monkeypatch.setattr(procs, "kill_uid", lambda uid: sweeps.append(threading.current_thread()) or sweep(uid))
+    result = await strong.run_python("import os\nif os.fork() == 0: os.setsid()\nwhile True:\n    pass", timeout=0.5)
+    assert result.error_kind == TIMEOUT
+    assert sweeps and threading.main_thread() not in sweeps
+    if strong.uid is not None:
+        assert _pids_of_uid(strong.uid) == []  # the setsid child too
+    await assert_healthy(strong)
+
+
 @pytest.mark.parametrize(
     "code", ["blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 1024 * 1024))", "x = [0] * 10**10"]
 )
@@ -192,7 +211,7 @@ async def test_big_file_is_refused(sb: LocalSandbox) -> None:
 
 
 @pytest.mark.parametrize("prlimit", [True, False], ids=["prlimit", "preexec"])
-async def test_the_program_runs_under_its_limits_set_by_prlimit_or_in_the_child(
+async def test_the_program_runs_under_its_limits_and_niceness_set_by_prlimit_or_in_the_child(
     sb: LocalSandbox, prlimit: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In bwrap ``prlimit`` sets the limits in the command line (so that Python can vfork instead of copying this
@@ -206,14 +225,17 @@ async def test_the_program_runs_under_its_limits_set_by_prlimit_or_in_the_child(
     limited = _make(sb.config.isolation, memory_mb=700, max_file_mb=3, max_processes=40, cpu_seconds=9)
     try:
         names = ("CPU", "AS", "FSIZE", "CORE", "NPROC")
-        code = f"import resource as r\nprint([r.getrlimit(getattr(r, 'RLIMIT_' + k)) for k in {names}])"
+        code = (
+            f"import os, resource as r\nprint(([r.getrlimit(getattr(r, 'RLIMIT_' + k)) for k in {names}], os.nice(0)))"
+        )
         result = await limited.run_python(code, timeout=5)
         assert result.ok, result
         mib = 1024 * 1024
         nproc = 40 if IS_ROOT or limited.isolation == "bwrap" else None  # non-root unisolated adds its own processes
-        limits = eval(result.stdout)  # noqa: S307 - the list of tuples the program printed
+        limits, niceness = eval(result.stdout)  # noqa: S307 - what the program printed
         assert limits[:4] == [(9, 10), (700 * mib, 700 * mib), (3 * mib, 3 * mib), (0, 0)]
         assert nproc is None or limits[4] == (nproc, nproc)
+        assert niceness == 19  # behind the harness and the model under load, as in the docker worker
     finally:
         await limited.close()
 
