@@ -143,14 +143,12 @@ def _probe(argv_for: Callable[[_ProbeDirs], list[str]], uid: int | None, **popen
 # --------------------------------------------------------------------------- one fenced run
 
 
-def kill_group(pid: int, uid: int | None) -> None:
-    """SIGKILL the process group ``pid`` (and, with a sandbox uid, every process of that uid)."""
+def kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` (at once; :func:`kill_leftovers` sweeps the rest)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if uid is not None:
-        kill_uid(uid)
 
 
 def kill_leftovers(pid: int, uid: int | None) -> None:
@@ -243,7 +241,7 @@ async def run_fenced(
         if not waiter.done():
             # its group now (bwrap's: its pid namespace dies with it); the sweep of the sandbox uid, which scans
             # /proc and may take rounds, follows in a thread: in the event loop it stalled every other call
-            kill_group(proc.pid, None)
+            kill_group(proc.pid)
             await asyncio.wait({waiter}, timeout=0.5)
         await asyncio.to_thread(kill_leftovers, proc.pid, uid)  # background children, setsid escapes
         cleaned = True
@@ -251,7 +249,7 @@ async def run_fenced(
     finally:
         # Also on cancellation (a sample's time limit) or any error: nothing of the call keeps running.
         if not cleaned:
-            kill_group(proc.pid, uid)
+            kill_group(proc.pid)
             kill_leftovers(proc.pid, uid)
         exited = waiter.done()
         for task in (*readers, feeder, flooded, waiter):
@@ -268,7 +266,7 @@ def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process], uid: int | 
     """Kill what a spawn whose caller was cancelled started (when it started anything)."""
     if not spawn.cancelled() and spawn.exception() is None:
         pid = spawn.result().pid
-        kill_group(pid, uid)
+        kill_group(pid)
         kill_leftovers(pid, uid)
 
 
