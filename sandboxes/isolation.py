@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -178,7 +179,13 @@ def drop_argv(uid: int, python: str) -> list[str]:
 
 
 def bwrap_argv(
-    bwrap: str, interp: Interpreter, workdir: Path, tmpdir: Path, chdir: str, drop_to: int | None
+    bwrap: str,
+    interp: Interpreter,
+    workdir: Path,
+    tmpdir: Path,
+    chdir: str,
+    drop_to: int | None,
+    status: Sequence[str] = (),
 ) -> list[str]:
     """The bwrap command line up to the program's own argv.
 
@@ -187,9 +194,11 @@ def bwrap_argv(
     ``tmpdir`` at ``/tmp``. The parents of an interpreter root are made ``0755``, so
     an unprivileged uid reaches a virtualenv below an unreadable home (``/root`` is
     ``0700``; bwrap would copy that mode). ``drop_to``: the uid to switch to (root only).
+    ``status``: bwrap's options that report its state (``--json-status-fd FD``).
     """
     bw = [
         bwrap,
+        *status,
         "--unshare-net",
         "--unshare-pid",
         "--unshare-ipc",

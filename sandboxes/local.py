@@ -19,7 +19,9 @@ Weaker than the docker backend (same kernel), but it needs nothing but what
 - when this process is root, runs the program as an unprivileged uid reserved for
   this sandbox alone (a lock file per uid in :data:`UID_LOCK_DIR`), so that
   ``RLIMIT_NPROC`` holds and every process left behind (background children,
-  ``setsid`` escapes) is killed after each call by ``kill(-1, SIGKILL)`` as that uid.
+  ``setsid`` escapes) is killed after each call by ``kill(-1, SIGKILL)`` as that uid
+  (under bwrap, a program that ended by itself needs no sweep once its pid namespace
+  is seen to have ended: :class:`~sandboxes.local_procs.NamespaceWatch`).
   Model code never runs as root: where that uid cannot run the interpreter, the
   sandbox refuses to start.
 
@@ -64,7 +66,15 @@ from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.errors import classify
 from sandboxes.isolation import BWRAP_WORKDIR, bwrap_argv, find_bwrap, interpreter
 from sandboxes.local_policy import LocalConfig, choose_isolation, prlimit_argv, scrubbed_env, set_rlimits
-from sandboxes.local_procs import UID_LOCK_DIR, _pids_of_uid, _text, _UidLease, kill_uid, run_fenced
+from sandboxes.local_procs import (
+    UID_LOCK_DIR,
+    NamespaceWatch,
+    _pids_of_uid,
+    _text,
+    _UidLease,
+    kill_uid,
+    run_fenced,
+)
 from sandboxes.owner import orphaned, owner_labels
 
 __all__ = [
@@ -147,12 +157,11 @@ class LocalSandbox(Sandbox):
             extra=self.config.extra_env,
         )
 
-    def _wrap(self, argv: list[str], chdir: str = BWRAP_WORKDIR) -> list[str]:
-        """The full command line: ``argv`` alone (isolation "none"), or inside bwrap dropping to the sandbox uid."""
-        if self.isolation != "bwrap":
-            return argv
+    def _wrap(self, argv: list[str], chdir: str, namespace: NamespaceWatch) -> list[str]:
+        """``argv`` inside bwrap, dropping to the sandbox uid, its status reported to ``namespace``."""
         assert self.choice.bwrap is not None
-        return bwrap_argv(self.choice.bwrap, self._interp, self.workdir, self._tmpdir, chdir, self.uid) + argv
+        drop_to, status = self.uid, namespace.argv()
+        return bwrap_argv(self.choice.bwrap, self._interp, self.workdir, self._tmpdir, chdir, drop_to, status) + argv
 
     # ----------------------------------------------------------------- files
 
@@ -234,9 +243,10 @@ class LocalSandbox(Sandbox):
         if argv[0] in ("python", "python3"):
             argv[0] = self._interp.path
         workdir = self._resolve(cwd) if cwd else self.workdir
-        if self.isolation == "bwrap":
+        namespace = NamespaceWatch() if self.isolation == "bwrap" else None
+        if namespace is not None:
             rel = workdir.relative_to(self.workdir.resolve()).as_posix()
-            full = self._wrap(argv, chdir=BWRAP_WORKDIR if rel == "." else f"{BWRAP_WORKDIR}/{rel}")
+            full = self._wrap(argv, BWRAP_WORKDIR if rel == "." else f"{BWRAP_WORKDIR}/{rel}", namespace)
         else:
             full = argv
         data = stdin.encode() if isinstance(stdin, str) else stdin
@@ -247,10 +257,22 @@ class LocalSandbox(Sandbox):
         proc_env = self._env()
         proc_env.update(env or {})
         self._calls += 1
-        return await self._run(full, data, timeout, cpu, nproc, proc_env, workdir)
+        try:
+            return await self._run(full, data, timeout, cpu, nproc, proc_env, workdir, namespace)
+        finally:
+            if namespace is not None:
+                namespace.close()
 
     async def _run(
-        self, argv: list[str], data: bytes, timeout: float, cpu: int, nproc: int, env: dict[str, str], cwd: Path
+        self,
+        argv: list[str],
+        data: bytes,
+        timeout: float,
+        cpu: int,
+        nproc: int,
+        env: dict[str, str],
+        cwd: Path,
+        namespace: NamespaceWatch | None,
     ) -> ExecResult:
         start = time.monotonic()
         self._make_dirs()
@@ -271,6 +293,7 @@ class LocalSandbox(Sandbox):
                 cap=cap,
                 uid=self.uid,
                 user_kwargs=self._user_kwargs(),
+                namespace=namespace,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return ExecResult(

@@ -288,6 +288,42 @@ async def test_background_child_is_killed(sb: LocalSandbox, escape: bool) -> Non
     await assert_healthy(sb)
 
 
+async def test_a_program_that_ends_by_itself_leaves_nothing_and_needs_no_sweep(
+    strong: LocalSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under bwrap, the end of the program's pid namespace (its init's pidfd) proves that nothing is left, so no
+    scan of /proc follows the call (under load those sweeps made calls late). bwrap's own exit proves nothing: it
+    returns as soon as the program has, while its init may still be killing the rest."""
+    if strong.isolation != "bwrap":
+        pytest.skip("the namespace's end is seen only under bwrap")
+    import sandboxes.local_procs as procs
+
+    sweeps, sweep = [], procs.kill_leftovers
+    monkeypatch.setattr(procs, "kill_leftovers", lambda pid, uid: sweeps.append(pid) or sweep(pid, uid))
+    token = f"cleaner_ns_{uuid.uuid4().hex}"
+    code = (
+        "import os, signal, time\n"
+        "for _ in range(40):\n"
+        "    if os.fork() == 0:\n"
+        "        os.setsid()\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        f"        os.execv('/bin/sleep', ['/bin/sleep', '1000'])  # {token}\n"
+        "print('started')"
+    )
+    result = await strong.run_python(code.replace("'1000'", f"'1000', '{token}'"), timeout=10)
+    assert result.ok and result.stdout == "started\n", result.stderr
+    leftovers = _procs_with(token)
+    for pid in leftovers:
+        os.kill(pid, signal.SIGKILL)
+    assert leftovers == [], f"{len(leftovers)} of the program's children outlived its call"
+    assert sweeps == []
+    if strong.uid is not None:
+        assert _pids_of_uid(strong.uid) == []
+    timed_out = await strong.run_python("while True:\n    pass", timeout=0.5)  # after a kill the sweep runs
+    assert timed_out.error_kind == TIMEOUT and len(sweeps) == 1
+    await assert_healthy(strong)
+
+
 async def test_environment_is_scrubbed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLEANER_TEST_SECRET", "hunter2-secret")
     for isolation_name in ("auto", "none"):
