@@ -243,12 +243,8 @@ class LocalSandbox(Sandbox):
         if argv[0] in ("python", "python3"):
             argv[0] = self._interp.path
         workdir = self._resolve(cwd) if cwd else self.workdir
-        namespace = NamespaceWatch() if self.isolation == "bwrap" else None
-        if namespace is not None:
-            rel = workdir.relative_to(self.workdir.resolve()).as_posix()
-            full = self._wrap(argv, BWRAP_WORKDIR if rel == "." else f"{BWRAP_WORKDIR}/{rel}", namespace)
-        else:
-            full = argv
+        rel = workdir.relative_to(self.workdir.resolve()).as_posix()
+        chdir = BWRAP_WORKDIR if rel == "." else f"{BWRAP_WORKDIR}/{rel}"
         data = stdin.encode() if isinstance(stdin, str) else stdin
         cpu = int(math.ceil(self.config.cpu_seconds or timeout + 1))
         nproc = self.config.max_processes
@@ -257,7 +253,9 @@ class LocalSandbox(Sandbox):
         proc_env = self._env()
         proc_env.update(env or {})
         self._calls += 1
+        namespace = NamespaceWatch() if self.isolation == "bwrap" else None
         try:
+            full = self._wrap(argv, chdir, namespace) if namespace is not None else argv
             return await self._run(full, data, timeout, cpu, nproc, proc_env, workdir, namespace)
         finally:
             if namespace is not None:

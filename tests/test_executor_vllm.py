@@ -48,7 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 AGENT = Path(__file__).with_name("vllm_agent.py")
 MAX_LEN = 1024  # --data.max_len
 MAX_NEW = 96  # --rollout.max_new_tokens (the cpu-smoke recipe's per-turn budget)
-SAMPLES = 2  # --rollout.n_samples_per_prompt
+SAMPLES = 4  # --rollout.n_samples_per_prompt: with 2, the SAAR-on arm's 6 rollouts once made no failing call (the
+#             distilled model: 3 and 5 failing calls in 9 rollouts per arm); 12 per arm make that about 1 in 200
 PROBLEMS = ("rl-2000-0010-stdin", "rl-2000-0016-stdin", "rl-2000-0008-bignum")
 CONFIG = ExecutorConfig(
     saar={"enabled": True, "prob": 1.0, "max_retries": 2}, max_turns=3, timeout=5.0, sandbox="local", seed=0
@@ -225,7 +226,8 @@ def runs(tokenizer) -> dict[bool, list[dict]]:
     with_ray = forced == "ray" or (forced is None and importlib.util.find_spec("ray") is not None)
     with mock.patch.dict(os.environ):  # the engine's environment, restored afterwards for the rest of the session
         results, timing = (_via_ray if with_ray else _in_process)(model, tokenizer)
-    print(f"\nexecutor on vLLM: {json.dumps(timing)}")
+    failing = {("on" if on else "off"): sum(r["extra_logs"]["tool_failures"] for r in results[on]) for on in results}
+    print(f"\nexecutor on vLLM: {json.dumps(timing)}, failing calls per arm {failing}")
     return results
 
 
