@@ -235,18 +235,7 @@ class NamespaceWatch:
         try:
             async with asyncio.timeout(timeout):
                 await asyncio.shield(self._known)
-                if self._init_gone:
-                    return True
-                if self._pidfd is None:
-                    return False
-                loop = asyncio.get_running_loop()
-                gone = loop.create_future()
-                loop.add_reader(self._pidfd, lambda: gone.done() or gone.set_result(None))
-                try:
-                    await gone
-                finally:
-                    loop.remove_reader(self._pidfd)
-                return True
+                return self._init_gone or (self._pidfd is not None and await _readable(self._pidfd, None))
         except TimeoutError:
             return False
 
@@ -394,23 +383,30 @@ async def _exited(proc: asyncio.subprocess.Process) -> int:
     200 times a second each); a 50 ms poll is the backstop, and the only wait where
     there is no pidfd.
     """
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[None] = loop.create_future()
-    pidfd = _pidfd(proc.pid)
-    if pidfd is not None:
-        loop.add_reader(pidfd, lambda: ended.done() or ended.set_result(None))
+    pidfd, ended = _pidfd(proc.pid), False
     try:
         while proc.returncode is None:
-            if ended.done():  # ended: the watcher's thread is about to set the status
-                await asyncio.sleep(0.001)
-            else:
-                await asyncio.wait({ended}, timeout=0.05)
+            if pidfd is not None and not ended:
+                ended = await _readable(pidfd, 0.05)
+            else:  # ended: the watcher's thread is about to set the status
+                await asyncio.sleep(0.001 if ended else 0.05)
     finally:
         if pidfd is not None:
-            loop.remove_reader(pidfd)
             os.close(pidfd)
-        ended.cancel()
     return proc.returncode
+
+
+async def _readable(fd: int, timeout: float | None) -> bool:
+    """Wait until ``fd`` is readable (a pidfd: its process has ended), at most ``timeout`` seconds; whether it is."""
+    loop = asyncio.get_running_loop()
+    ready: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await asyncio.wait({ready}, timeout=timeout)
+        return ready.done()
+    finally:
+        loop.remove_reader(fd)
+        ready.cancel()
 
 
 def _pidfd(pid: int) -> int | None:
