@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from harness.core import chat
 from harness.core.messages import Generation, Message
 from harness.engines.serve import (
+    BLOCK_SIZE,
     MAX_MODEL_LEN,
     ServeError,
     one_engine_process,
@@ -67,6 +68,7 @@ class OfflineEngine:
             seed=seed,
             enable_chunked_prefill=False,
             max_num_batched_tokens=max_model_len,
+            block_size=BLOCK_SIZE,  # a turn re-uses more of its context from the prefix cache (serve.CPU_SERVER_ARGS)
         )
         with one_engine_process():
             self.engine: Any = AsyncLLM.from_engine_args(args)
