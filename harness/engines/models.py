@@ -63,7 +63,7 @@ TOOLS_NAME = "smollm2-tools"
 TOOLS_SFT_NAME = "smollm2-tools-sft"
 #: How each committed adapter is rebuilt (the warm model's commands are in its ``model.json``).
 ADAPTER_REBUILD = {
-    TOOLS_NAME: "the commands in harness/data/models/smollm2-tools/model.json (about 45-85 minutes on 2 CPU cores)",
+    TOOLS_NAME: "the commands in harness/data/models/smollm2-tools/model.json (about 45-50 minutes on 2 CPU cores)",
     TOOLS_SFT_NAME: "python -m trainers warmup  (about 10-15 minutes on 2 CPU cores)",
 }
 
