@@ -382,6 +382,8 @@ def test_the_committed_run_from_before_the_search_resumes_and_not_with_the_searc
     cfg = IterateConfig(rounds=5, reference=True, steps=24, threads=1, out="results/warmup/distillation")
     rounds = read_manifest(distilled, cfg)["rounds"]
     assert [r["round"] for r in rounds] == [1, 2, 3, 4] and rounds[0]["selected"]["correction_reference"] > 0
+    with pytest.raises(ValueError, match="other settings"):  # its rounds sampled on a bfloat16 engine
+        read_manifest(distilled, IterateConfig(rounds=5, reference=True, steps=24, engine_dtype="float32"))
     warm = ADAPTERS_DIR / TOOLS_NAME
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         assert (distilled / "round-4" / name).read_bytes() == (warm / name).read_bytes()
@@ -395,3 +397,6 @@ def test_distillation_is_a_switch_of_its_own_and_the_command_line_says_so():
     assert command_line(IterateConfig(reference=True, rounds=2)).endswith("--rounds 2 --reference")
     with pytest.raises(ValueError, match="alternatives"):
         IterateConfig(search=8, reference=True)
+    assert command_line(IterateConfig(engine_dtype="float32")).endswith("--engine-dtype float32")
+    with pytest.raises(ValueError, match="engine-dtype"):
+        IterateConfig(engine_dtype="float16")

@@ -8,7 +8,9 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    seeds below :data:`~trainers.warmup.build.HELD_OUT_SEED`, one generator seed per round) x ``samples``
    trajectories on vLLM's offline engine (:class:`harness.engines.vllm_offline.OfflineEngine`) through the
    shared rollout core and the local sandbox: temperature 1.0, top_p 1.0, SAAR on (3 retries), 3 turns
-   of at most 256 tokens. Every trajectory's seed derives from (run seed, round, problem, sample).
+   of at most 256 tokens. Every trajectory's seed derives from (run seed, round, problem, sample). The engine
+   holds the policy in bfloat16 (``engine_dtype``), where a request's tokens depend on what shares its batch, so
+   two runs differ; in float32 they do not, and a rerun samples the same rounds.
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
    with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
@@ -54,6 +56,7 @@ from harness.core.problems import rollout_config
 from harness.core.rollout import Generate, rollout
 from harness.core.saar import SaarConfig
 from harness.engines.models import TOOLS_SFT_NAME
+from trainers.core.config import ENGINE_DTYPES
 from trainers.core.data import item_from_problem
 from trainers.core.reward import compute_reward
 from trainers.warmup.build import (
@@ -72,6 +75,8 @@ from trainers.warmup.selection import Recorder, Sampled, Selected, counts, selec
 
 DEFAULT_OUT = "results/warmup/expert-iteration"
 MANIFEST = "iterate.json"
+#: settings added after runs were committed, with the value those runs had (their manifests do not name them)
+ADDED_SETTINGS = {"engine_dtype": "bfloat16"}
 ROUND_MANIFEST = "round.json"
 
 
@@ -99,6 +104,9 @@ class IterateConfig:
     learning_rate: float = 5e-4
     warmup_steps: int = 1
     concurrency: int = 32  #: trajectories in flight (the engine's batch)
+    #: the engine's weights: bfloat16 samples faster; in float32 a seeded trajectory does not depend on what shares
+    #: its batch, so a rerun samples the same rounds
+    engine_dtype: str = "bfloat16"
     threads: int = 1  #: torch threads for fine-tuning
 
     def __post_init__(self) -> None:
@@ -111,6 +119,8 @@ class IterateConfig:
             raise ValueError(
                 "warmup-iterate: --search and --reference are alternatives (both act on the same failures)"
             )
+        if self.engine_dtype not in ENGINE_DTYPES:
+            raise ValueError(f"warmup-iterate: --engine-dtype must be one of {', '.join(ENGINE_DTYPES)}")
         if problem_seed(self.seed, self.rounds) >= HELD_OUT_SEED:
             raise ValueError(f"warmup-iterate: seed {self.seed} with {self.rounds} rounds reaches held-out seeds")
 
@@ -237,9 +247,9 @@ def read_manifest(out: Path, cfg: IterateConfig) -> dict[str, Any]:
     if not path.is_file():
         return {"command": command_line(cfg), "config": cfg.identity(), "rounds": []}
     manifest = json.loads(path.read_text())
-    if manifest.get("config") != cfg.identity():
+    if {**ADDED_SETTINGS, **manifest.get("config", {})} != cfg.identity():
         raise ValueError(f"{path} was written with other settings; use another --out, or the same settings to resume")
-    manifest["command"] = command_line(cfg)
+    manifest["command"], manifest["config"] = command_line(cfg), cfg.identity()
     return manifest
 
 
@@ -281,7 +291,7 @@ async def _run(cfg: IterateConfig, *, progress: bool) -> Path:
     for key, value in engine_env().items():  # sync_weights sends a function to the engine's workers
         os.environ.setdefault(key, value)
     started = time.monotonic()
-    engine = OfflineEngine(served_dir(cfg.start), seed=cfg.seed)
+    engine = OfflineEngine(served_dir(cfg.start), dtype=cfg.engine_dtype, seed=cfg.seed)
     print(f"warmup-iterate: vLLM engine up in {time.monotonic() - started:.0f} s", flush=True)
     backend = get_backend("local")
     try:
@@ -311,7 +321,7 @@ async def one_round(
     import torch
 
     round_started = time.monotonic()
-    sync_s = await sync(engine.engine, policy, torch.bfloat16)
+    sync_s = await sync(engine.engine, policy, getattr(torch, cfg.engine_dtype))
 
     def make_generate() -> Generate:
         return engine.generator(tokenizer, max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
@@ -394,6 +404,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "warmup_steps": "steps of learning-rate warm-up",
         "concurrency": "trajectories in flight",
         "threads": "torch threads for fine-tuning",
+        "engine_dtype": "the engine's weights: bfloat16 (faster) or float32 (a rerun samples the same rounds)",
     }
     for f in fields(IterateConfig):
         default = getattr(IterateConfig(), f.name)
