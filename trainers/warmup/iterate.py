@@ -9,8 +9,8 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    trajectories on vLLM's offline engine (:class:`harness.engines.vllm_offline.OfflineEngine`) through the
    shared rollout core and the local sandbox: temperature 1.0, top_p 1.0, SAAR on (3 retries), 3 turns
    of at most 256 tokens. Every trajectory's seed derives from (run seed, round, problem, sample). The engine
-   holds the policy in bfloat16 (``engine_dtype``), where a request's tokens depend on what shares its batch, so
-   two runs differ; in float32 they do not, and a rerun samples the same rounds.
+   holds the policy in bfloat16 by default (``engine_dtype``), where a request's tokens depend on what shares
+   its batch, so two runs differ; in float32 they do not, and a rerun samples the same rounds.
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
    with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
