@@ -10,6 +10,7 @@ import asyncio
 import json
 import random
 import time
+from dataclasses import replace
 
 import pytest
 from tiny_models import tiny_lora_model
@@ -371,15 +372,18 @@ def test_the_committed_run_from_before_the_search_resumes_and_not_with_the_searc
     from trainers.warmup.iterate import read_manifest
 
     committed = Path(__file__).resolve().parents[1] / "results" / "warmup" / "expert-iteration"
-    assert len(read_manifest(committed, IterateConfig())["rounds"]) == 1
+    before = IterateConfig(engine_dtype="bfloat16")  # its rounds sampled on a bfloat16 engine, then the default
+    assert len(read_manifest(committed, before)["rounds"]) == 1
+    with pytest.raises(ValueError, match=r"engine_dtype 'bfloat16' there, 'float32' here"):
+        read_manifest(committed, IterateConfig())  # the error names what differs
     with pytest.raises(ValueError, match="other settings"):
-        read_manifest(committed, IterateConfig(search=8))  # the search changes what a round trains on
+        read_manifest(committed, replace(before, search=8))  # the search changes what a round trains on
     with pytest.raises(ValueError, match="other settings"):
-        read_manifest(committed, IterateConfig(reference=True))  # and so does distillation
+        read_manifest(committed, replace(before, reference=True))  # and so does distillation
     # the committed distillation resumes with the command the warm model's model.json gives (the torch threads
     # may differ), from the one adapter committed: the warm model's, byte for byte
     distilled = committed.parent / "distillation"
-    cfg = IterateConfig(rounds=5, reference=True, steps=24, threads=1, out="results/warmup/distillation")
+    cfg = replace(before, rounds=5, reference=True, steps=24, threads=1, out="results/warmup/distillation")
     rounds = read_manifest(distilled, cfg)["rounds"]
     assert [r["round"] for r in rounds] == [1, 2, 3, 4] and rounds[0]["selected"]["correction_reference"] > 0
     with pytest.raises(ValueError, match="other settings"):  # its rounds sampled on a bfloat16 engine
@@ -397,6 +401,6 @@ def test_distillation_is_a_switch_of_its_own_and_the_command_line_says_so():
     assert command_line(IterateConfig(reference=True, rounds=2)).endswith("--rounds 2 --reference")
     with pytest.raises(ValueError, match="alternatives"):
         IterateConfig(search=8, reference=True)
-    assert command_line(IterateConfig(engine_dtype="float32")).endswith("--engine-dtype float32")
+    assert command_line(IterateConfig(engine_dtype="bfloat16")).endswith("--engine-dtype bfloat16")
     with pytest.raises(ValueError, match="engine-dtype"):
         IterateConfig(engine_dtype="float16")
