@@ -106,7 +106,7 @@ class IterateConfig:
     warmup_steps: int = 1
     concurrency: int = 32  #: trajectories in flight (the engine's batch)
     #: the engine's weights: in float32 a seeded trajectory does not depend on what shares its batch, so a rerun
-    #: samples the same rounds; bfloat16's rollouts are 10-15% faster and differ from run to run
+    #: samples the same rounds; bfloat16's rollouts are 10-20% faster and differ from run to run
     engine_dtype: str = "float32"
     threads: int = 1  #: torch threads for fine-tuning
 
