@@ -380,19 +380,37 @@ def test_the_committed_run_from_before_the_search_resumes_and_not_with_the_searc
         read_manifest(committed, replace(before, search=8))  # the search changes what a round trains on
     with pytest.raises(ValueError, match="other settings"):
         read_manifest(committed, replace(before, reference=True))  # and so does distillation
-    # the committed distillation resumes with the command the warm model's model.json gives (the torch threads
-    # may differ), from the one adapter committed: the warm model's, byte for byte
+    # the earlier bfloat16 distillation still resumes as what it was, and not as a float32 run
     distilled = committed.parent / "distillation"
     cfg = replace(before, rounds=5, reference=True, steps=24, threads=1, out="results/warmup/distillation")
     rounds = read_manifest(distilled, cfg)["rounds"]
     assert [r["round"] for r in rounds] == [1, 2, 3, 4] and rounds[0]["selected"]["correction_reference"] > 0
-    with pytest.raises(ValueError, match="other settings"):  # its rounds sampled on a bfloat16 engine
-        read_manifest(distilled, IterateConfig(rounds=5, reference=True, steps=24, engine_dtype="float32"))
+    with pytest.raises(ValueError, match="engine_dtype"):
+        read_manifest(distilled, IterateConfig(rounds=5, reference=True, steps=24))
+
+
+def test_the_warm_model_is_the_committed_run_its_model_json_rebuilds():
+    """model.json's command, parsed as the command line parses it, is the run whose round 4 is the warm model's
+    adapter byte for byte, and resumes it (so it names every setting the run had, the seed included)."""
+    import argparse
+    import shlex
+    from pathlib import Path
+
+    from trainers.warmup.iterate import add_arguments, config_from_args, read_manifest
+
     warm = ADAPTERS_DIR / TOOLS_NAME
-    for name in ("adapter_config.json", "adapter_model.safetensors"):
-        assert (distilled / "round-4" / name).read_bytes() == (warm / name).read_bytes()
     rebuild = json.loads((warm / "model.json").read_text())["rebuild"]
-    assert rebuild[0] == "python -m trainers warmup" and "--rounds 4 --reference --steps 24" in rebuild[1]
+    assert rebuild[0] == "python -m trainers warmup"
+    words = shlex.split(rebuild[1])
+    assert words[:4] == ["python", "-m", "trainers", "warmup-iterate"]
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    cfg = config_from_args(parser.parse_args(words[4:]))
+    run = Path(__file__).resolve().parents[1] / cfg.out
+    rounds = read_manifest(run, cfg)["rounds"]  # refused if any setting differs from the run's
+    assert [r["round"] for r in rounds] == [1, 2, 3, 4] and cfg.engine_dtype == "float32"
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        assert (run / "round-4" / name).read_bytes() == (warm / name).read_bytes()
 
 
 def test_distillation_is_a_switch_of_its_own_and_the_command_line_says_so():

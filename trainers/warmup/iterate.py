@@ -31,8 +31,8 @@ bfloat16), so a run stopped between rounds resumes after the last finished round
 problems; held-out figures come from ``python -m trainers warmup-measure --models ...``.
 
 The default start, ``smollm2-tools-sft`` (the cold-start SFT), is read, never written: the rounds' adapters go
-to ``--out``. The project's warm model ``smollm2-tools`` is round 4 of the committed distillation
-(``harness/data/models/smollm2-tools/model.json`` gives the commands that rebuild it).
+to ``--out``. The project's warm model ``smollm2-tools`` is round 4 of the committed float32
+distillation with run seed 1 (``harness/data/models/smollm2-tools/model.json`` gives the commands that rebuild it).
 """
 
 from __future__ import annotations
