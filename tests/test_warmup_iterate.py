@@ -392,20 +392,17 @@ def test_the_committed_run_from_before_the_search_resumes_and_not_with_the_searc
 def test_the_warm_model_is_the_committed_run_its_model_json_rebuilds():
     """model.json's command, parsed as the command line parses it, is the run whose round 4 is the warm model's
     adapter byte for byte, and resumes it (so it names every setting the run had, the seed included)."""
-    import argparse
     import shlex
     from pathlib import Path
 
-    from trainers.warmup.iterate import add_arguments, config_from_args, read_manifest
+    from trainers.warmup.iterate import parse_config, read_manifest
 
     warm = ADAPTERS_DIR / TOOLS_NAME
     rebuild = json.loads((warm / "model.json").read_text())["rebuild"]
     assert rebuild[0] == "python -m trainers warmup"
     words = shlex.split(rebuild[1])
     assert words[:4] == ["python", "-m", "trainers", "warmup-iterate"]
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    cfg = config_from_args(parser.parse_args(words[4:]))
+    cfg = parse_config(words[4:])
     run = Path(__file__).resolve().parents[1] / cfg.out
     rounds = read_manifest(run, cfg)["rounds"]  # refused if any setting differs from the run's
     assert [r["round"] for r in rounds] == [1, 2, 3, 4] and cfg.engine_dtype == "float32"

@@ -430,11 +430,15 @@ def config_from_args(args: argparse.Namespace) -> IterateConfig:
     return IterateConfig(**{f.name: getattr(args, f.name) for f in fields(IterateConfig)})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_config(argv: Sequence[str] | None = None) -> IterateConfig:
+    """The settings a ``warmup-iterate`` command line gives (``argv``: its words after the sub-command)."""
     parser = argparse.ArgumentParser(prog="python -m trainers warmup-iterate", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    cfg = config_from_args(parser.parse_args(argv))
-    print(run(cfg, progress=sys.stdout.isatty()))
+    return config_from_args(parser.parse_args(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    print(run(parse_config(argv), progress=sys.stdout.isatty()))
     return 0
 
 
