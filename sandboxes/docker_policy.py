@@ -119,6 +119,9 @@ def container_spec(config: DockerConfig, image: str, labels: dict[str, str] | No
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "MPLCONFIGDIR": "/tmp",
+        # the same set order in every run, as in the local sandbox; addresses are not fixed here: the worker forks
+        # each program from its own process, whose heap depends on the calls before (docs/sandboxes.md)
+        "PYTHONHASHSEED": "0",
         **config.env,
     }
     uid = config.user.split(":")[0]

@@ -4,9 +4,11 @@ Weaker than the docker backend (same kernel), but it needs nothing but what
 ``pip`` installs. What it does for every call:
 
 - runs the configured interpreter (default: this one, so numpy and sympy import
-  when installed) as ``python -E -s -B -X utf8 -c CODE`` in the sandbox's own work
+  when installed) as ``python -s -B -X utf8 -c CODE`` in the sandbox's own work
   directory, with a scrubbed environment (``PATH``, ``HOME`` = work dir, ``LANG``,
-  ``TMPDIR`` and single-thread settings for BLAS; nothing of the host's);
+  ``TMPDIR``, single-thread settings for BLAS and a fixed ``PYTHONHASHSEED``; nothing
+  of the host's, so no ``-E``), its address space not randomized: the same program
+  prints the same text in every run (:mod:`sandboxes.local_policy`);
 - inside bubblewrap (see :mod:`sandboxes.isolation` for the policy): no network,
   own pid namespace (all of it dies with the program), a new root with read-only
   binds of the system and of the interpreter's prefix, the work dir at
@@ -213,10 +215,10 @@ class LocalSandbox(Sandbox):
         for name, content in (files or {}).items():
             await self.write_file(name, content)
         if len(code.encode()) <= _MAX_ARG:
-            argv = [self._interp.path, "-E", "-s", "-B", "-X", "utf8", "-c", code]
+            argv = [self._interp.path, "-s", "-B", "-X", "utf8", "-c", code]
         else:
             await self.write_file(_PROGRAM_FILE, code)
-            argv = [self._interp.path, "-E", "-s", "-B", "-X", "utf8", _PROGRAM_FILE]
+            argv = [self._interp.path, "-s", "-B", "-X", "utf8", _PROGRAM_FILE]
         return await self.exec_command(argv, stdin=stdin, timeout=timeout)
 
     async def exec_command(

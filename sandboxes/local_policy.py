@@ -6,12 +6,20 @@ unisolated unless asked by name, or as root ever (the command lines and the refu
 :mod:`sandboxes.isolation`). :func:`scrubbed_env` is all of the environment a program sees;
 :func:`rlimits` are the resource limits, set by ``prlimit`` in the program's command line
 (:func:`prlimit_argv`) or, where util-linux is missing, by :func:`set_rlimits` in the child.
+
+A program's output depends only on the program (and its stdin and files): the hash seed is fixed
+(``PYTHONHASHSEED``) and the address space is not randomized (``setarch -R`` in the command line, or
+``personality(ADDR_NO_RANDOMIZE)`` in the child), so ``print(set_of_strings)`` and the addresses in
+``<generator object <genexpr> at 0x...>`` are the same in every run and a seeded rollout repeats. This costs no
+isolation: the program already runs code of its choosing, which is all that address randomization makes hard.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
+import platform
 import resource
 import shutil
 import sys
@@ -74,6 +82,7 @@ def scrubbed_env(
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        "PYTHONHASHSEED": "0",  # the same set order in every run (see the module's docstring)
     }
     env.update(extra)
     return env
@@ -91,17 +100,22 @@ def rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> dict[int, tupl
     }
 
 
+#: ``personality(2)``'s flag for an address space laid out the same in every run (what ``setarch -R`` sets)
+ADDR_NO_RANDOMIZE = 0x0040000
+
 #: the programs' niceness, as in the docker worker: under load the harness (its timers, its clean-up) and the model
 #: beside it come first; a program alone on the machine runs at full speed whatever its niceness
 PROGRAM_NICE = 19
 
 
 def set_rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> None:
-    """Runs in the child between fork and exec: the resource limits and :data:`PROGRAM_NICE` (where ``prlimit`` is
-    missing, and unisolated)."""
+    """Runs in the child between fork and exec: the resource limits, :data:`PROGRAM_NICE` and no address
+    randomization (where ``prlimit`` or ``setarch`` is missing, and unisolated)."""
     for which, value in rlimits(config, cpu_seconds, nproc).items():
         resource.setrlimit(which, value)
     os.nice(PROGRAM_NICE)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.personality(libc.personality(0xFFFFFFFF) | ADDR_NO_RANDOMIZE)  # 0xffffffff reads the current one
 
 
 _PRLIMIT_OPTIONS = {
@@ -125,23 +139,30 @@ def find_nice() -> str | None:
     return shutil.which("nice")
 
 
+@functools.cache
+def find_setarch() -> str | None:
+    """``setarch`` (util-linux), or None."""
+    return shutil.which("setarch")
+
+
 def prlimit_argv(config: LocalConfig, cpu_seconds: int, nproc: int) -> list[str] | None:
     """``prlimit`` options that set :func:`rlimits` on the command it then execs (same pid), through ``nice`` at
-    :data:`PROGRAM_NICE`; None without ``prlimit`` or ``nice``.
+    :data:`PROGRAM_NICE` and ``setarch -R`` (no address randomization); None without ``prlimit``, ``nice`` or
+    ``setarch`` (then :func:`set_rlimits` does all three in the child).
 
     Why not a ``preexec_fn``: with one, Python cannot ``vfork`` and copies the whole calling process's page tables
     to start each program, in the event loop: 97 ms from a process of 2.4 GB (a trainer or an evaluation holding a
     model; 168 ms a program in the CPU trainer), against 1.3 ms with ``vfork``, and 2.9 ms with two such small
     programs (``prlimit``, ``setpriv``) exec'd in front of it.
     """
-    prlimit, nice = find_prlimit(), find_nice()
-    if prlimit is None or nice is None:
+    prlimit, nice, setarch = find_prlimit(), find_nice(), find_setarch()
+    if prlimit is None or nice is None or setarch is None:
         return None
     flags = [
         f"{_PRLIMIT_OPTIONS[which]}={soft}:{hard}"
         for which, (soft, hard) in rlimits(config, cpu_seconds, nproc).items()
     ]
-    return [prlimit, *flags, "--", nice, "-n", str(PROGRAM_NICE)]
+    return [prlimit, *flags, "--", nice, "-n", str(PROGRAM_NICE), setarch, platform.machine(), "-R"]
 
 
 # --------------------------------------------------------------------------- which isolation runs here

@@ -240,6 +240,32 @@ async def test_the_program_runs_under_its_limits_and_niceness_set_by_prlimit_or_
         await limited.close()
 
 
+#: what a program can print that the interpreter does not fix by itself: object addresses (ASLR) and the order of a
+#: set of strings (hash randomization). The warm model prints both (``print(x for x in ...)``, ``print(map(...))``).
+_LAYOUT_PROGRAM = "print((x for x in []), map(int, []), object(), {'apple', 'kiwi', 'fig', 'plum', 'pear'})"
+
+
+@pytest.mark.parametrize("prlimit", [True, False], ids=["prlimit", "preexec"])
+async def test_a_programs_output_depends_only_on_the_program(
+    sb: LocalSandbox, prlimit: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same program prints the same text in every call and every sandbox, so that a seeded rollout repeats
+    (a rerun of the warm model's build diverged on ``<generator object <genexpr> at 0x7fc9a581eea0>``)."""
+    import sandboxes.local_policy as policy
+
+    if not prlimit:
+        monkeypatch.setattr(policy, "find_prlimit", lambda: None)
+    elif policy.find_prlimit() is None:
+        pytest.skip("no prlimit (util-linux) here")
+    other = _make(sb.config.isolation)
+    try:
+        outputs = [(await box.run_python(_LAYOUT_PROGRAM)).stdout for box in (sb, sb, other, sb)]
+    finally:
+        await other.close()
+    assert "object at 0x" in outputs[0]
+    assert outputs == [outputs[0]] * 4, outputs
+
+
 async def test_fork_bomb_is_contained(strong: LocalSandbox) -> None:
     def host_processes() -> int:
         return sum(1 for p in os.listdir("/proc") if p.isdigit())

@@ -24,7 +24,14 @@ from harness.core.rollout import rollout
 from harness.core.saar import SaarConfig, SaarEvent
 from harness.engines.models import ADAPTERS_DIR, TOOLS_NAME
 from trainers.warmup.build import Example, FitSettings, batch_step, fit
-from trainers.warmup.iterate import IterateConfig, fit_settings, problem_seed, round_problems, sample_round
+from trainers.warmup.iterate import (
+    IterateConfig,
+    examples_digest,
+    fit_settings,
+    problem_seed,
+    round_problems,
+    sample_round,
+)
 from trainers.warmup.selection import Recorder, Sampled, differs, select
 
 PROBLEM = GeneratedProblem("t-0-0000-modular", "modular", "What is 7 * 6?", "42", "print(7 * 6)")
@@ -255,6 +262,8 @@ async def test_a_rounds_selection_and_fine_tuning_reproduce_from_their_seeds():
     assert fit_settings(cfg, 1) == fit_settings(cfg, 1) != fit_settings(cfg, 2)
 
     examples = _examples(random.Random(3), 6)
+    changed = [*examples[:-1], Example(examples[-1].ids, [*examples[-1].labels[:-1], -100])]  # one label masked
+    assert examples_digest(examples) == examples_digest(_examples(random.Random(3), 6)) != examples_digest(changed)
     model_a, model_b = tiny_lora_model(), tiny_lora_model()
     settings = FitSettings(steps=3, batch_size=4, micro_batch=2, learning_rate=1e-2, warmup_steps=1, seed=5)
     groups = [i % 2 == 0 for i in range(len(examples))]

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import platform
@@ -211,6 +212,15 @@ def round_examples(tokenizer: Any, selected: Sequence[Selected]) -> tuple[list[A
     return examples, groups, dropped
 
 
+def examples_digest(examples: Sequence[Any]) -> str:
+    """A round's training data in one value (sha256 of every example's ids and labels, in order): two runs of a
+    round whose adapters differ tell from it whether the data or the training's arithmetic did."""
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update(json.dumps([example.ids, example.labels]).encode())
+    return digest.hexdigest()
+
+
 def fit_settings(cfg: IterateConfig, round_: int) -> FitSettings:
     order_seed = seeds.derive("iterate-order", cfg.seed, round_)
     return FitSettings(cfg.steps, cfg.batch_size, cfg.micro_batch, cfg.learning_rate, cfg.warmup_steps, order_seed)
@@ -367,6 +377,7 @@ async def one_round(
         "selected_problems": len({s.demo.problem.id for s in selected}),
         "dropped_untokenizable": dropped,
         "trained_tokens": sum(trained_tokens(e) for e in examples),
+        "examples_sha256": examples_digest(examples),
         "loss_first": round(losses[0], 4) if losses else None,
         "loss_last": round(losses[-1], 4) if losses else None,
         "losses": [round(x, 4) for x in losses],
