@@ -10,8 +10,10 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    shared rollout core and the local sandbox: temperature 1.0, top_p 1.0, SAAR on (3 retries), 3 turns
    of at most 256 tokens. Every trajectory's seed derives from (run seed, round, problem, sample). The engine
    holds the policy in float32 by default (``engine_dtype``), where a seeded request's tokens do not depend on
-   what shares its batch, so a rerun samples the same rounds and writes the same adapters; in bfloat16 (the
-   rounds of the earlier committed runs) they do, and no two runs are alike.
+   what shares its batch, and the sandbox prints the same text for the same program (no address randomization,
+   a fixed hash seed: :mod:`sandboxes.local_policy`, since 2026-12-05), so a rerun samples the same rounds; in
+   bfloat16 (the rounds of the earlier committed runs) a request's tokens depend on its batch, and no two runs
+   are alike. Each round records its training data's digest (``examples_sha256``).
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
    with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
