@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import logging
 import os
 import platform
 import resource
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -40,6 +42,8 @@ from sandboxes.isolation import (
     warn_unisolated_once,
 )
 from sandboxes.local_procs import _probe, _ProbeDirs, _UidLease
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,7 @@ def set_rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> None:
     for which, value in rlimits(config, cpu_seconds, nproc).items():
         resource.setrlimit(which, value)
     os.nice(PROGRAM_NICE)
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None, use_errno=True)  # refused under some seccomp profiles: then addresses vary, as before
     libc.personality(libc.personality(0xFFFFFFFF) | ADDR_NO_RANDOMIZE)  # 0xffffffff reads the current one
 
 
@@ -140,29 +144,37 @@ def find_nice() -> str | None:
 
 
 @functools.cache
-def find_setarch() -> str | None:
-    """``setarch`` (util-linux), or None."""
-    return shutil.which("setarch")
+def no_aslr_argv() -> list[str]:
+    """``setarch <machine> -R`` (util-linux) where it runs here, probed once; else ``[]`` and a warning (a seccomp
+    profile may refuse the personality flag, as Docker's default does: programs then run, their addresses vary)."""
+    argv = [setarch, platform.machine(), "-R"] if (setarch := shutil.which("setarch")) else []
+    try:
+        works = bool(argv) and subprocess.run([*argv, "true"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        works = False
+    if not works:
+        logger.warning("local sandbox: setarch -R cannot run here; the addresses a program prints vary between runs")
+    return argv if works else []
 
 
 def prlimit_argv(config: LocalConfig, cpu_seconds: int, nproc: int) -> list[str] | None:
     """``prlimit`` options that set :func:`rlimits` on the command it then execs (same pid), through ``nice`` at
-    :data:`PROGRAM_NICE` and ``setarch -R`` (no address randomization); None without ``prlimit``, ``nice`` or
-    ``setarch`` (then :func:`set_rlimits` does all three in the child).
+    :data:`PROGRAM_NICE` and :func:`no_aslr_argv`; None without ``prlimit`` or ``nice`` (then :func:`set_rlimits`
+    does all three in the child).
 
     Why not a ``preexec_fn``: with one, Python cannot ``vfork`` and copies the whole calling process's page tables
     to start each program, in the event loop: 97 ms from a process of 2.4 GB (a trainer or an evaluation holding a
     model; 168 ms a program in the CPU trainer), against 1.3 ms with ``vfork``, and 2.9 ms with two such small
     programs (``prlimit``, ``setpriv``) exec'd in front of it.
     """
-    prlimit, nice, setarch = find_prlimit(), find_nice(), find_setarch()
-    if prlimit is None or nice is None or setarch is None:
+    prlimit, nice = find_prlimit(), find_nice()
+    if prlimit is None or nice is None:
         return None
     flags = [
         f"{_PRLIMIT_OPTIONS[which]}={soft}:{hard}"
         for which, (soft, hard) in rlimits(config, cpu_seconds, nproc).items()
     ]
-    return [prlimit, *flags, "--", nice, "-n", str(PROGRAM_NICE), setarch, platform.machine(), "-R"]
+    return [prlimit, *flags, "--", nice, "-n", str(PROGRAM_NICE), *no_aslr_argv()]
 
 
 # --------------------------------------------------------------------------- which isolation runs here

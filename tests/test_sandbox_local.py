@@ -266,6 +266,28 @@ async def test_a_programs_output_depends_only_on_the_program(
     assert outputs == [outputs[0]] * 4, outputs
 
 
+async def test_without_setarch_programs_still_run_and_a_warning_says_what_varies(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A seccomp profile may refuse the personality flag (Docker's default does): the sandbox must not fail every call
+    for it, and must say that addresses then vary."""
+    import shutil
+
+    which = shutil.which
+    monkeypatch.setattr(local_policy.shutil, "which", lambda name, *a, **k: None if name == "setarch" else which(name))
+    local_policy.no_aslr_argv.cache_clear()
+    try:
+        assert local_policy.no_aslr_argv() == []
+        assert "setarch -R cannot run here" in caplog.text
+        sandbox = _make("auto")
+        try:
+            await assert_healthy(sandbox)
+        finally:
+            await sandbox.close()
+    finally:
+        local_policy.no_aslr_argv.cache_clear()
+
+
 async def test_fork_bomb_is_contained(strong: LocalSandbox) -> None:
     def host_processes() -> int:
         return sum(1 for p in os.listdir("/proc") if p.isdigit())
