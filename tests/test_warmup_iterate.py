@@ -28,6 +28,7 @@ from trainers.warmup.iterate import (
     IterateConfig,
     examples_digest,
     fit_settings,
+    host,
     problem_seed,
     round_problems,
     sample_round,
@@ -272,6 +273,31 @@ async def test_a_rounds_selection_and_fine_tuning_reproduce_from_their_seeds():
     assert a.losses == b.losses
     for (name, pa), (_, pb) in zip(model_a.named_parameters(), model_b.named_parameters(), strict=True):
         assert pa.equal(pb), name
+
+
+CPUINFO = """processor\t: 0
+model name\t: Intel(R) Xeon(R) Processor
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_tile amx_bf16 sha_ni
+bogomips\t: 4200.00
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Processor
+flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_tile amx_bf16 sha_ni
+"""
+
+
+def test_a_round_records_the_cpu_features_and_libraries_its_arithmetic_ran_on():
+    """Two builds whose data agree and whose adapters differ are told apart by the host: the vector features
+    that pick torch's and vLLM's kernels (AVX-512, AMX) and the computing libraries' versions."""
+    from importlib.metadata import version
+
+    described = host(CPUINFO)
+    assert described["cpu"] == "Intel(R) Xeon(R) Processor"
+    assert described["cpu_features"] == ["amx_bf16", "amx_tile", "avx2", "avx512_bf16", "avx512f", "fma"]
+    assert described["packages"]["torch"] == version("torch")
+    without_amx = host(CPUINFO.replace(" amx_tile amx_bf16", ""))
+    assert without_amx["cpu_features"] != described["cpu_features"]  # another CPU generation: another record
+    assert host("")["cpu"] == "unknown" and host("")["cpu_features"] == []
 
 
 # ------------------------------------------------------------------------------------------ training

@@ -13,7 +13,8 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    what shares its batch, and the sandbox prints the same text for the same program (no address randomization,
    a fixed hash seed: :mod:`sandboxes.local_policy`, since 2026-12-05), so a rerun samples the same rounds; in
    bfloat16 (the rounds of the earlier committed runs) a request's tokens depend on its batch, and no two runs
-   are alike. Each round records its training data's digest (``examples_sha256``).
+   are alike. Each round records its training data's digest (``examples_sha256``), its adapter's
+   (``adapter_sha256``) and the host its arithmetic ran on (:func:`host`: CPU features, library versions).
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
    with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
@@ -59,7 +60,7 @@ from harness.core.metrics import Regenerations, TrajectoryMetrics, aggregate
 from harness.core.problems import rollout_config
 from harness.core.rollout import Generate, rollout
 from harness.core.saar import SaarConfig
-from harness.engines.models import TOOLS_SFT_NAME
+from harness.engines.models import TOOLS_SFT_NAME, file_digest
 from trainers.core.config import ENGINE_DTYPES
 from trainers.core.data import item_from_problem
 from trainers.core.reward import compute_reward
@@ -389,10 +390,52 @@ async def one_round(
         "train_seconds": round(train_s, 1),
         "round_seconds": round(time.monotonic() - round_started, 1),
         "load_average_1min_at_end": round(os.getloadavg()[0], 2),
-        "machine": platform.machine(),
+        "host": host(),
     }
-    write_adapter(policy, Path(cfg.out) / f"round-{round_}", ROUND_MANIFEST, {"command": command_line(cfg), **figures})
-    return figures
+    written = write_adapter(
+        policy, Path(cfg.out) / f"round-{round_}", ROUND_MANIFEST, {"command": command_line(cfg), **figures}
+    )
+    return {**figures, "adapter_sha256": file_digest(written / "adapter_model.safetensors")}
+
+
+#: the CPU features that decide which kernels torch and vLLM run, and so the last bits of their floats
+KERNEL_FEATURES = ("avx2", "avx512", "amx", "fma")
+#: the libraries whose arithmetic a round's data and adapter come from
+COMPUTING_PACKAGES = ("torch", "vllm", "transformers", "peft")
+
+
+def host(cpuinfo: str | None = None) -> dict[str, Any]:
+    """What a round's bytes depend on besides the command and the data: the CPU (its model and the vector
+    features its kernels are chosen by) and the computing libraries' versions. Two builds of the same command
+    whose data agree and whose adapters do not tell here whether they ran on different arithmetic.
+
+    ``cpuinfo`` is ``/proc/cpuinfo``'s text (read when None; where there is none, the CPU is ``unknown``).
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}  # the last processor's, which are all alike
+    for line in cpuinfo.splitlines():
+        key, colon, value = line.partition(":")
+        if colon:
+            fields[key.strip()] = value.strip()
+    flags = fields.get("flags", "").split()
+    versions: dict[str, str | None] = {}
+    for name in COMPUTING_PACKAGES:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return {
+        "machine": platform.machine(),
+        "cpu": fields.get("model name", "unknown"),
+        "cpu_features": sorted(f for f in flags if f.startswith(KERNEL_FEATURES)),
+        "packages": versions,
+    }
 
 
 def _kinds(problems: Sequence[GeneratedProblem]) -> dict[str, int]:
