@@ -586,7 +586,7 @@ def save_adapter(
         "losses": [round(x, 4) for x in losses],
         "threads": cfg.threads,
         "load_average_1min_at_end": round(os.getloadavg()[0], 2),
-        "torch_versions": _versions(),
+        "torch_versions": package_versions(),
         "machine": platform.machine(),
     }
     return write_adapter(model, Path(cfg.out), "warmup.json", manifest)
@@ -622,12 +622,17 @@ def _non_default_args(cfg: WarmupConfig) -> str:
     return (" " + " ".join(parts)) if parts else ""
 
 
-def _versions() -> dict[str, str]:
-    import peft
-    import torch
-    import transformers
+def package_versions(names: Sequence[str] = ("torch", "transformers", "peft")) -> dict[str, str | None]:
+    """The installed version of each package (None where it is not installed): what a build's arithmetic ran on."""
+    from importlib.metadata import PackageNotFoundError, version
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__}
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = None
+    return versions
 
 
 def add_arguments(parser: Any) -> None:

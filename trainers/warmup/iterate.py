@@ -70,6 +70,7 @@ from trainers.warmup.build import (
     DemonstrationError,
     FitSettings,
     fit,
+    package_versions,
     tokenize,
     trained_tokens,
     write_adapter,
@@ -411,8 +412,6 @@ def host(cpuinfo: str | None = None) -> dict[str, Any]:
 
     ``cpuinfo`` is ``/proc/cpuinfo``'s text (read when None; where there is none, the CPU is ``unknown``).
     """
-    from importlib.metadata import PackageNotFoundError, version
-
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -424,17 +423,11 @@ def host(cpuinfo: str | None = None) -> dict[str, Any]:
         if colon:
             fields[key.strip()] = value.strip()
     flags = fields.get("flags", "").split()
-    versions: dict[str, str | None] = {}
-    for name in COMPUTING_PACKAGES:
-        try:
-            versions[name] = version(name)
-        except PackageNotFoundError:
-            versions[name] = None
     return {
         "machine": platform.machine(),
         "cpu": fields.get("model name", "unknown"),
         "cpu_features": sorted(f for f in flags if f.startswith(KERNEL_FEATURES)),
-        "packages": versions,
+        "packages": package_versions(COMPUTING_PACKAGES),
     }
 
 
