@@ -200,7 +200,7 @@ def shared_prompt_logps(
     LM head. Same numbers as a full forward pass of each row (to float precision), at a
     fraction of the compute. ``input_ids`` is TRL's layout: left-padded prompts, then
     right-padded completions; logits are divided by ``temperature`` as TRL does. With ``bf16`` the decoder and
-    the LM head run under bfloat16 autocast (the softmax in float32).
+    the LM head run under bfloat16 autocast (the softmax in float32 at least: a float64 model keeps float64).
     """
     import torch  # noqa: PLC0415
 
@@ -233,7 +233,8 @@ def _shared_prompt_logps(
         mask = torch.cat([torch.ones((g, n), dtype=attention_mask.dtype), attention_mask[rows, width:]], dim=1)
         positions = torch.arange(n - 1, n + logits_to_keep).unsqueeze(0).expand(g, -1)
         hidden = decoder(input_ids=suffix, attention_mask=mask, position_ids=positions, past_key_values=cache)
-        logits = head(hidden.last_hidden_state[:, :-1]).float() / temperature
+        logits = head(hidden.last_hidden_state[:, :-1])
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
         logprobs = torch.log_softmax(logits, dim=-1)
         picked = logprobs.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
         for i, row in enumerate(rows):
