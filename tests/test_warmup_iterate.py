@@ -210,6 +210,34 @@ async def test_distillation_puts_the_generators_program_after_each_failure_saar_
     assert correction.demo.trained_turns == [1]
 
 
+async def test_distillation_with_finish_goes_on_to_the_programs_output_and_the_answer(box):
+    from sandboxes.backends import get_backend
+    from trainers.warmup.build import DemonstrationError
+    from trainers.warmup.reference import reference_corrections
+    from trainers.warmup.search import failure_points
+
+    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2))
+    stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
+    wrong = GeneratedProblem("t-0-0002-modular", "modular", "What is 7 * 6?", "42", "print(7 * 7)")
+    backend = get_backend("local")
+    try:
+        [finished] = await reference_corrections(failure_points([stuck]), backend, lambda s: config, 2, finish=True)
+        again = await reference_corrections(failure_points([stuck]), backend, lambda s: config, 2, finish=True)
+        with pytest.raises(DemonstrationError, match="t-0-0002-modular: the reference program printed '49', not '42'"):
+            await reference_corrections(
+                failure_points([Sampled(wrong, stuck.trajectory, False, stuck.recorded)]), backend,
+                lambda s: config, 2, finish=True,
+            )  # fmt: skip
+    finally:
+        await backend.shutdown()
+    *context, turn, result, closing = finished.demo.messages
+    assert context[-1].role == "tool" and "NameError" in context[-1].content  # the model's own failure, in view
+    assert turn.call.code == RIGHT and result.role == "tool" and result.meta["ok"] and result.content.strip() == "42"
+    assert closing.call is None and "\\boxed{42}" in closing.content  # the answer, from the program's real output
+    assert finished.demo.trained_turns == [1, 2]  # the correcting turn and the closing turn, not the failed one
+    assert again[0].demo.messages[-1].content == closing.content  # the closing wording is seeded
+
+
 @pytest.mark.slow
 async def test_a_corrections_loss_lies_on_the_corrected_turn_only(box):
     """With the real tokenizer: the labels are exactly the corrected turn's tokens."""
@@ -451,6 +479,9 @@ def test_distillation_is_a_switch_of_its_own_and_the_command_line_says_so():
     assert command_line(IterateConfig(reference=True, rounds=2)).endswith("--rounds 2 --reference")
     with pytest.raises(ValueError, match="alternatives"):
         IterateConfig(search=8, reference=True)
+    assert command_line(IterateConfig(reference=True, reference_finish=True)).endswith("--reference --reference-finish")
+    with pytest.raises(ValueError, match="add --reference"):
+        IterateConfig(reference_finish=True)
     assert command_line(IterateConfig(engine_dtype="bfloat16")).endswith("--engine-dtype bfloat16")
     with pytest.raises(ValueError, match="engine-dtype"):
         IterateConfig(engine_dtype="float16")

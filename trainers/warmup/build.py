@@ -244,11 +244,15 @@ class ScriptedTurns:
                 f"{self.problem.id}: the program printed {out!r}, expected {expected!r}; the call was:\n"
                 f"{call.text if call else ''}"
             )
-        if self.problem.is_code:
-            text = self.rng.choice(_CODE_ANSWERS).format(out=out, code=self.problem.code)
-        else:
-            text = self.rng.choice(_ANSWERS).format(out=out)
+        text = answer_text(self.problem, out, self.rng)
         return Generation(text=text, output_tokens=len(text) // 4)
+
+
+def answer_text(problem: GeneratedProblem, out: str, rng: random.Random) -> str:
+    """The closing turn after the reference program printed ``out``: the boxed answer, or the final solution."""
+    if problem.is_code:
+        return rng.choice(_CODE_ANSWERS).format(out=out, code=problem.code)
+    return rng.choice(_ANSWERS).format(out=out)
 
 
 def error_summary(tool_output: str) -> str:

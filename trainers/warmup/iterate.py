@@ -20,7 +20,8 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
    correct (:mod:`trainers.warmup.search`), the first different call that runs kept as a correction; with
    ``reference``, distillation instead: the generator's own program as the correction at each such failure
-   (:mod:`trainers.warmup.reference`; not the model's turn, and the round's figures count it apart).
+   (:mod:`trainers.warmup.reference`; not the model's turn, and the round's figures count it apart); with
+   ``reference_finish`` each such demonstration goes on to the program's output and the closing answer.
 3. **Fine-tuning** with the SFT's own loop and loss mask (:func:`~trainers.warmup.build.fit`, ``steps``
    steps of ``batch_size``, micro-batches of ``micro_batch``), continuing the start adapter's LoRA.
 4. **Sync.** The merged weights go into the engine (:func:`trainers.core.engine_sync.sync_weights`:
@@ -82,7 +83,7 @@ from trainers.warmup.selection import Recorder, Sampled, Selected, counts, selec
 DEFAULT_OUT = "results/warmup/expert-iteration"
 MANIFEST = "iterate.json"
 #: settings added after runs were committed, with the value those runs had (their manifests do not name them)
-ADDED_SETTINGS = {"engine_dtype": "bfloat16"}
+ADDED_SETTINGS = {"engine_dtype": "bfloat16", "reference_finish": False}
 ROUND_MANIFEST = "round.json"
 
 
@@ -104,6 +105,7 @@ class IterateConfig:
     max_retries: int = 3  #: SAAR regenerations per failed turn
     search: int = 0  #: more samples at each failure SAAR did not correct (0: none; :mod:`trainers.warmup.search`)
     reference: bool = False  #: distillation: the generator's program at each such failure (trainers.warmup.reference)
+    reference_finish: bool = False  #: the reference demonstrations go on to the program's output and the answer
     steps: int = 8  #: optimizer steps per round
     batch_size: int = 8
     micro_batch: int = 4  #: rows per forward pass (a first run with whole batches of long rows was OOM-killed)
@@ -125,6 +127,8 @@ class IterateConfig:
             raise ValueError(
                 "warmup-iterate: --search and --reference are alternatives (both act on the same failures)"
             )
+        if self.reference_finish and not self.reference:
+            raise ValueError("warmup-iterate: --reference-finish extends --reference's corrections; add --reference")
         if self.engine_dtype not in ENGINE_DTYPES:
             raise ValueError(f"warmup-iterate: --engine-dtype must be one of {', '.join(ENGINE_DTYPES)}")
         if problem_seed(self.seed, self.rounds) >= HELD_OUT_SEED:
@@ -358,7 +362,9 @@ async def one_round(
     searched = await search_corrections(
         points, make_generate(), backend, config_of, cfg.search, cfg.concurrency
     ) if cfg.search and points else []  # fmt: skip
-    referenced = await reference_corrections(points, backend, config_of, cfg.concurrency) if cfg.reference else []
+    referenced = await reference_corrections(
+        points, backend, config_of, cfg.concurrency, finish=cfg.reference_finish
+    ) if cfg.reference else []  # fmt: skip
     search_s = time.monotonic() - search_started
     selected = select(sampled) + searched + referenced
     examples, groups, dropped = round_examples(tokenizer, selected)
@@ -455,6 +461,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "max_retries": "SAAR regenerations per failed turn",
         "search": "more samples at each failure SAAR did not correct, the first different call that runs kept (0: off)",
         "reference": "distillation: the generator's own program as the correction at each failure SAAR did not correct",
+        "reference_finish": "with --reference: each demonstration goes on to the program's output and the answer",
         "steps": "optimizer steps per round",
         "batch_size": "demonstrations per step",
         "micro_batch": "rows per forward pass (the step's gradient stays the whole batch's)",

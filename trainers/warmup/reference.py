@@ -8,6 +8,13 @@ next turn is written by the project: the error named, then the generator's refer
 (:func:`~trainers.warmup.build.reference_program`), which must run in a fresh sandbox as the rollout runs
 a call. Trained on that turn only, as a correction of the model's own is.
 
+With ``finish`` (``warmup-iterate --reference-finish``) the demonstration goes on to the end, as the SFT's
+demonstrations do: the reference call's real output, then the closing turn (the boxed answer, or the final
+solution), trained on the correcting turn and the closing turn. The held-out logs of the float32 builds without
+it show why (2026-12-05): after a call that ran, the model went on rewriting the program (35 of 109 such turns
+called again in one build) and opened turns with "The call failed" where no call had failed; a correction that is
+never followed by its end teaches the correction and not when to stop.
+
 This is distillation, not rejection sampling: the turn is not the model's. Rounds that use it
 (``warmup-iterate --reference``) say so in their manifest (the selection source ``correction_reference``),
 and what they teach is measured on held-out seeds and on problem kinds the generators do not make.
@@ -16,13 +23,23 @@ and what they teach is measured on held-out seeds and on problem kinds the gener
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Sequence
 
+from harness.core import seeds
 from harness.core.messages import Generation, Message
 from harness.core.rollout import RolloutConfig, to_assistant
+from harness.core.saar import SaarEvent
 from sandboxes.base import Backend
-from trainers.warmup.build import Demonstration, DemonstrationError, call_text, error_summary, reference_program
-from trainers.warmup.search import FailurePoint, runs
+from trainers.warmup.build import (
+    Demonstration,
+    DemonstrationError,
+    answer_text,
+    call_text,
+    error_summary,
+    reference_program,
+)
+from trainers.warmup.search import FailurePoint, execute
 from trainers.warmup.selection import Sampled, Selected, _assistant_count
 
 
@@ -36,17 +53,32 @@ async def reference_corrections(
     backend: Backend,
     config_of: Callable[[Sampled], RolloutConfig],
     concurrency: int,
+    finish: bool = False,
 ) -> list[Selected]:
-    """One demonstration per failure point: its context, then the reference turn (trained on that turn only)."""
+    """One demonstration per failure point: its context, then the reference turn (trained on that turn only);
+    with ``finish``, then the reference call's output and the closing turn (trained too)."""
     gate = asyncio.Semaphore(concurrency)
 
-    async def point(s: Sampled, context: list[Message]) -> Selected:
+    def assistant(text: str, config: RolloutConfig) -> Message:
+        return to_assistant(Generation(text=text, output_tokens=len(text) // 4), config.accept_python_fence)
+
+    async def point(s: Sampled, e: SaarEvent, context: list[Message]) -> Selected:
         config = config_of(s)
         text = reference_turn_text(context[-1].content, reference_program(s.problem))
-        turn = to_assistant(Generation(text=text, output_tokens=len(text) // 4), config.accept_python_fence)
+        turn = assistant(text, config)
         async with gate:
-            if turn.call is None or not await runs(turn, backend, config):
-                raise DemonstrationError(f"{s.problem.id}: the reference program did not run as a call:\n{text}")
-        return Selected(Demonstration(s.problem, [*context, turn], [_assistant_count(context)]), "correction_reference")
+            result = await execute(turn, backend, config) if turn.call is not None else None
+        if result is None or not result.meta["ok"]:
+            raise DemonstrationError(f"{s.problem.id}: the reference program did not run as a call:\n{text}")
+        n = _assistant_count(context)
+        if not finish:
+            return Selected(Demonstration(s.problem, [*context, turn], [n]), "correction_reference")
+        out = result.content.strip()
+        if out != s.problem.answer:
+            raise DemonstrationError(f"{s.problem.id}: the reference program printed {out!r}, not {s.problem.answer!r}")
+        assert s.trajectory.seed is not None  # a failure point comes from a seeded trajectory's SAAR event
+        rng = random.Random(seeds.derive("reference-finish", s.trajectory.seed, e.turn))
+        messages = [*context, turn, result, assistant(answer_text(s.problem, out, rng), config)]
+        return Selected(Demonstration(s.problem, messages, [n, n + 1]), "correction_reference")
 
-    return list(await asyncio.gather(*(point(s, context) for s, _, context in points)))
+    return list(await asyncio.gather(*(point(s, e, context) for s, e, context in points)))

@@ -55,18 +55,23 @@ def failure_points(sampled: Sequence[Sampled]) -> list[FailurePoint]:
     return [(s, e, context) for s in sampled for e, context in uncorrected(s)]
 
 
-async def runs(turn: Message, backend: Backend, config: RolloutConfig) -> bool:
-    """Whether ``turn``'s call runs, executed as the rollout executes a call, in a fresh sandbox."""
+async def execute(turn: Message, backend: Backend, config: RolloutConfig) -> Message:
+    """The tool message of ``turn``'s call, executed as the rollout executes a call, in a fresh sandbox."""
 
     async def no_generation(context: list[Message], *, seed: int | None = None) -> Generation:
         raise AssertionError("executing a call generates nothing")
 
     box = await backend.acquire()
     try:
-        _, ok, _ = await RolloutState([], no_generation, box, config, saar_on=False).execute(turn)
+        result, _, _ = await RolloutState([], no_generation, box, config, saar_on=False).execute(turn)
     finally:
         await backend.release(box)
-    return ok
+    return result
+
+
+async def runs(turn: Message, backend: Backend, config: RolloutConfig) -> bool:
+    """Whether ``turn``'s call runs (:func:`execute`)."""
+    return bool((await execute(turn, backend, config)).meta["ok"])
 
 
 async def search_corrections(
