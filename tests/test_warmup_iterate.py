@@ -414,6 +414,28 @@ def test_the_measure_table_has_one_row_per_model_and_the_targets():
     assert "| 12 | 33% | 17% |" in lines[3]  # pooled over the model's sources
 
 
+def test_calls_after_a_run_count_turns_that_follow_a_call_that_ran():
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageTool, ChatMessageUser
+    from inspect_ai.tool import ToolCall
+
+    from trainers.warmup.measure import SourceFigures, calls_after_a_run, pooled, render
+
+    def turn(code: str | None) -> ChatMessageAssistant:
+        calls = [ToolCall(id="c", function="python", arguments={"code": code})] if code else None
+        return ChatMessageAssistant(content="I run it.", tool_calls=calls)
+
+    def result(ok: bool) -> ChatMessageTool:
+        return ChatMessageTool(content="42" if ok else "Error: NameError", tool_call_id="c", metadata={"ok": ok})
+
+    rewrites = [ChatMessageUser(content="7*6?"), turn(RIGHT), result(True), turn(RIGHT), result(True), turn(None)]
+    fixes = [ChatMessageUser(content="7*6?"), turn(BROKEN), result(False), turn(RIGHT), result(True), turn(None)]
+    assert calls_after_a_run([rewrites]) == (2, 1)  # after each run: one call again, one answer
+    assert calls_after_a_run([fixes]) == (1, 0)  # the turn after a failed call is not counted
+    src = SourceFigures("s", 2, 2, 4, 1, 1.0, turns_after_run=3, calls_after_run=1)
+    assert src.recall_rate == pytest.approx(1 / 3) and pooled("all", [src, src]).calls_after_run == 2
+    assert "| 1 of 3 |" in render([src])
+
+
 def test_an_adapter_directory_works_as_a_model_spec(tmp_path):
     from harness.engines.models import resolve_spec
 

@@ -13,22 +13,28 @@ see what its regenerations do), on:
 ``--models A B C`` measures several models (the expert-iteration rounds' adapter directories, say) on the
 same problems and seeds, one after the other. It writes ``<out>/measure.md`` and ``measure.json``: one row
 per model (every source pooled), then per model and source: how often a sample calls the tool, how many
-calls fail and of which error kind, accuracy, and SAAR's regenerations, the share that ran and the share
-that repeated the failed call (:class:`harness.core.metrics.Regenerations`, the report's definitions).
+calls fail and of which error kind, accuracy, SAAR's regenerations, the share that ran and the share
+that repeated the failed call (:class:`harness.core.metrics.Regenerations`, the report's definitions), and
+how often a turn after a call that ran calls again (:func:`calls_after_a_run`: the warm model's habit of
+rewriting a program that worked until it broke).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from inspect_ai.log import read_eval_log
+from inspect_ai.model import ChatMessage
 
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
 from harness.core.metrics import Regenerations, rate
@@ -52,6 +58,13 @@ class SourceFigures:
     error_kinds: dict[str, int] = field(default_factory=dict)
     regenerations: Regenerations = field(default_factory=Regenerations)
     wall_s: float = 0.0
+    turns_after_run: int = 0  #: assistant turns kept whose previous message is a call's result that ran
+    calls_after_run: int = 0  #: those of them that call the tool again
+
+    @property
+    def recall_rate(self) -> float:
+        """Turns after a call that ran that call again / turns after a call that ran."""
+        return rate(self.calls_after_run, self.turns_after_run)
 
     @property
     def call_rate(self) -> float:
@@ -80,6 +93,7 @@ class SourceFigures:
             "accuracy": self.accuracy,
             "regenerations_ran_share": self.regenerations.ran_share,
             "regenerations_repeated_share": self.regenerations.repeated_share,
+            "recall_rate": self.recall_rate,
         }
 
 
@@ -99,6 +113,8 @@ def pooled(name: str, parts: Sequence[SourceFigures]) -> SourceFigures:
         dict(kinds.most_common()),
         Regenerations(sum(r.regenerations for r in regen), sum(r.ran for r in regen), sum(r.repeated for r in regen)),
         sum(p.wall_s for p in parts),
+        sum(p.turns_after_run for p in parts),
+        sum(p.calls_after_run for p in parts),
     )
 
 
@@ -131,6 +147,18 @@ def figures(source: str, arm: ArmRun) -> SourceFigures:
         regenerations=Regenerations.of([e for r in recs for e in r.events]),
         wall_s=arm.wall_time or 0.0,
     )
+
+
+def calls_after_a_run(samples: Iterable[Sequence[ChatMessage]]) -> tuple[int, int]:
+    """(assistant turns that follow a call that ran, those of them that call again), over ``samples``' final
+    messages. A tool message's ``ok`` is the rollout's verdict (:mod:`harness.evals.convert` writes it)."""
+    turns = calls = 0
+    for messages in samples:
+        for before, m in itertools.pairwise(messages):
+            if m.role == "assistant" and before.role == "tool" and (before.metadata or {}).get("ok"):
+                turns += 1
+                calls += bool(m.tool_calls)
+    return turns, calls
 
 
 def sources(out: Path, heldout_math: int, heldout_code: int, seed: int, fixtures: bool) -> list[tuple[str, str, str]]:
@@ -217,14 +245,16 @@ def measure(
                 max_samples=options.get("max_samples"),
             )
             arms, _ = read_arms(dirs)
-            results.append(figures(source, arms[0]))
+            log = read_eval_log(arms[0].location)
+            turns, calls = calls_after_a_run(s.messages for s in log.samples or [] if s.scores and not s.error)
+            results.append(replace(figures(source, arms[0]), turns_after_run=turns, calls_after_run=calls))
             print(f"{label}: " + render([results[-1]]).splitlines()[-1], flush=True)
     return ModelFigures(label, results)
 
 
 _COLUMNS = (
     "samples | calls the tool | calls/sample | failed calls | error kinds | accuracy "
-    "| regenerations | ran | repeated | wall s"
+    "| regenerations | ran | repeated | calls again after a run | wall s"
 )
 
 
@@ -233,7 +263,8 @@ def _cells(r: SourceFigures) -> str:
     g = r.regenerations
     return (
         f"{r.samples} | {r.call_rate:.0%} | {r.calls_per_sample:.2f} | {r.failed_call_rate:.0%} | {kinds} "
-        f"| {r.accuracy:.0%} | {g.regenerations} | {g.ran_share:.0%} | {g.repeated_share:.0%} | {r.wall_s:.0f}"
+        f"| {r.accuracy:.0%} | {g.regenerations} | {g.ran_share:.0%} | {g.repeated_share:.0%} "
+        f"| {r.calls_after_run} of {r.turns_after_run} | {r.wall_s:.0f}"
     )
 
 
@@ -308,7 +339,8 @@ def write(out: Path, models: Sequence[ModelFigures], settings: dict[str, Any]) -
         f"# Held-out problems and fixtures, {arm}\n",
         f"settings: `{json.dumps(settings)}`\n",
         "One row per model, every source pooled (failed calls: failed / executed calls; ran and repeated: shares "
-        "of SAAR's regenerations, harness.core.metrics.Regenerations):\n",
+        "of SAAR's regenerations, harness.core.metrics.Regenerations; calls again after a run: assistant turns "
+        "after a call that ran that call again, of all such turns kept):\n",
         render_models(models) + "\n",
     ]
     for m in models:
