@@ -432,7 +432,7 @@ def test_calls_after_a_run_count_turns_that_follow_a_call_that_ran():
     assert calls_after_a_run([rewrites]) == (2, 1)  # after each run: one call again, one answer
     assert calls_after_a_run([fixes]) == (1, 0)  # the turn after a failed call is not counted
     src = SourceFigures("s", 2, 2, 4, 1, 1.0, turns_after_run=3, calls_after_run=1)
-    assert src.recall_rate == pytest.approx(1 / 3) and pooled("all", [src, src]).calls_after_run == 2
+    assert src.calls_again_rate == pytest.approx(1 / 3) and pooled("all", [src, src]).calls_after_run == 2
     assert "| 1 of 3 |" in render([src])
 
 

@@ -62,7 +62,7 @@ class SourceFigures:
     calls_after_run: int = 0  #: those of them that call the tool again
 
     @property
-    def recall_rate(self) -> float:
+    def calls_again_rate(self) -> float:
         """Turns after a call that ran that call again / turns after a call that ran."""
         return rate(self.calls_after_run, self.turns_after_run)
 
@@ -93,7 +93,7 @@ class SourceFigures:
             "accuracy": self.accuracy,
             "regenerations_ran_share": self.regenerations.ran_share,
             "regenerations_repeated_share": self.regenerations.repeated_share,
-            "recall_rate": self.recall_rate,
+            "calls_again_rate": self.calls_again_rate,
         }
 
 
