@@ -186,12 +186,17 @@ def _record(sample: EvalSample, where: str) -> SampleRecord:
     )
 
 
+def scored(sample: EvalSample) -> bool:
+    """Whether a sample scored (one that errored, or has no score, is listed apart, never counted)."""
+    return sample.error is None and bool(sample.scores)
+
+
 def arm_from_log(log: EvalLog) -> ArmRun:
     """Flatten one eval log (read with its samples) into an :class:`ArmRun`."""
     where = log.location or log.eval.task
     records, errored = [], []
     for sample in log.samples or []:
-        if sample.error is not None or not sample.scores:
+        if not scored(sample):
             errored.append(f"{sample.id}#{sample.epoch}")
             continue
         records.append(_record(sample, where))

@@ -38,7 +38,7 @@ from inspect_ai.model import ChatMessage
 
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
 from harness.core.metrics import Regenerations, rate
-from harness.reports.compare import ArmRun, read_arms, run_arms
+from harness.reports.compare import ArmRun, read_arms, run_arms, scored
 from trainers.warmup.build import HELD_OUT_SEED
 
 #: samples in flight on vLLM (the demo's measured best)
@@ -246,7 +246,7 @@ def measure(
             )
             arms, _ = read_arms(dirs)
             log = read_eval_log(arms[0].location)
-            turns, calls = calls_after_a_run(s.messages for s in log.samples or [] if s.scores and not s.error)
+            turns, calls = calls_after_a_run(s.messages for s in log.samples or [] if scored(s))
             results.append(replace(figures(source, arms[0]), turns_after_run=turns, calls_after_run=calls))
             print(f"{label}: " + render([results[-1]]).splitlines()[-1], flush=True)
     return ModelFigures(label, results)
