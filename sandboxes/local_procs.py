@@ -344,8 +344,12 @@ async def run_fenced(
         for task in (*readers, feeder, flooded, waiter):
             task.cancel()
     if exited:
-        try:  # let the transport see its pipes close, so nothing is left for the garbage collector
-            await asyncio.wait_for(proc.wait(), 0.2)
+        # Let the transport see its pipes close, so nothing is left for the garbage collector (which finalized it
+        # after its loop had closed, in whatever code then ran). A reader stopped at the cap left its pipe's
+        # transport paused, short of EOF: what remains is read and dropped.
+        await asyncio.gather(*readers, return_exceptions=True)
+        try:
+            await asyncio.wait_for(asyncio.gather(_discard(proc.stdout), _discard(proc.stderr), proc.wait()), 0.2)
         except (TimeoutError, ProcessLookupError):
             pass
     return Outcome(out, err, proc.returncode, timed_out, output_exceeded, exited)
@@ -371,6 +375,12 @@ async def _pump(stream: asyncio.StreamReader, buf: bytearray, cap: int, flood: a
             flood.set()
             return
         buf += chunk
+
+
+async def _discard(stream: asyncio.StreamReader) -> None:
+    """Read ``stream`` to EOF, keeping nothing."""
+    while await stream.read(1 << 20):
+        pass
 
 
 async def _exited(proc: asyncio.subprocess.Process) -> int:

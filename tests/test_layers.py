@@ -7,6 +7,7 @@ A lower layer never imports a higher one: ``trainers -> harness -> sandboxes``; 
 from __future__ import annotations
 
 import ast
+import gc
 import os
 import re
 import shutil
@@ -74,8 +75,19 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_nothing_imports_tasks() -> None:
-    """tasks/ is the top: Inspect loads its files by path, and no package imports them."""
-    offenders = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if "tasks" in _imports(p)]
+    """tasks/ is the top: Inspect loads its files by path, and no package imports them.
+
+    The garbage collector is held off while parsing. CPython 3.11 keeps one AST recursion counter per interpreter:
+    a finalizer that ran inside a parse and parsed too (formatting an unraisable exception's traceback does) failed
+    it with "AST constructor recursion depth mismatch" (CI, 2026-12-05; the finalizer was a leaked subprocess
+    transport, since fixed: ``test_a_flooded_call_closes_its_pipes``).
+    """
+    gc.collect()
+    gc.disable()
+    try:
+        offenders = [p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py") if "tasks" in _imports(p)]
+    finally:
+        gc.enable()
     assert not offenders
 
 

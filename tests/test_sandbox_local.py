@@ -10,6 +10,7 @@ below a directory other users cannot read.
 from __future__ import annotations
 
 import asyncio
+import gc
 import importlib.util
 import os
 import signal
@@ -20,6 +21,7 @@ import sysconfig
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -657,6 +659,36 @@ async def test_a_call_cancelled_while_it_starts_leaves_nothing_running() -> None
     finally:
         for pid in _procs_with(token):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+def test_a_flooded_call_closes_its_pipes(stream: str) -> None:
+    """A program that floods its output is killed, and its pipes are closed with it, not left to the collector.
+
+    The flooded stream's reader stops at the cap, so its pipe's transport was paused and never saw EOF; the
+    collector then finalized it after its event loop had closed ("unclosed transport", "Event loop is closed").
+    That finalizer ran inside another test's ``ast.parse`` and, through CPython 3.11's interpreter-wide AST
+    recursion counter, failed it with "AST constructor recursion depth mismatch" (CI, 2026-12-05).
+    """
+    fd = {"stdout": 1, "stderr": 2}[stream]
+    # a pipe of 1 MiB filled at once: the reader's buffer is past its high-water mark before the cap is seen
+    flood = (
+        f"import fcntl, os, time\nfcntl.fcntl({fd}, fcntl.F_SETPIPE_SZ, 1 << 20)\n"
+        f"os.write({fd}, b'e' * (1 << 19))\ntime.sleep(9)"
+    )
+
+    async def call() -> bool:
+        argv = [sys.executable, "-c", flood]
+        outcome = await run_fenced(
+            argv, b"", 30, cwd=Path(tempfile.gettempdir()), env={}, preexec=None, cap=10_000, uid=None, user_kwargs={}
+        )
+        return outcome.output_exceeded
+
+    assert asyncio.run(call())
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert not [w for w in seen if "unclosed" in str(w.message)], [str(w.message) for w in seen]
 
 
 def test_bad_config_is_a_clear_error() -> None:
