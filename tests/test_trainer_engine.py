@@ -9,6 +9,7 @@ trains both steps on the engine's rollouts, syncing before each.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import_or_skip("vllm")
 import_or_skip("peft")
 import_or_skip("trl")
 
+import trainers.core.engine_sync as engine_sync  # noqa: E402
 from trainers.core.config import CpuConfig  # noqa: E402
 from trainers.core.engine_sync import EngineSampler, merged_weights, staging_dir  # noqa: E402
 
@@ -136,15 +138,19 @@ def test_merged_weights_are_the_checkpoint_names_and_the_lora_deltas(policy):
     assert not layer.merged  # the policy itself is left as it was
 
 
-def test_after_a_sync_the_engine_generates_what_the_trainers_model_generates(policy, engine):
+def test_after_a_sync_the_engine_generates_what_the_trainers_model_generates(policy, engine, monkeypatch):
     model, tokenizer = policy
     sampler, loop = engine
     prompts = _prompts(tokenizer)
     before = _engine_greedy(sampler, loop, prompts)
-    staged = Path(staging_dir(1))
+    # staged in a directory of this test's own, where the weights go (shared memory): another run's sync beside it
+    # must not count as this one's leftover
+    staged = Path(tempfile.mkdtemp(prefix="cleaner-test-", dir=staging_dir(1)))
+    monkeypatch.setattr(engine_sync, "staging_dir", lambda nbytes: str(staged))
     seconds = loop.run_until_complete(sampler.sync(model, step=1))
     assert seconds > 0 and sampler.synced_step == 1
-    assert not list(staged.glob("cleaner-sync-*"))  # the weights' file is gone once the engine loaded it
+    assert not list(staged.iterdir())  # the weights' file is gone once the engine loaded it
+    staged.rmdir()
     after = _engine_greedy(sampler, loop, prompts)
     assert _not_the_models_choice(model, prompts, after) == []  # token for token, every prompt (ties aside)
     assert _not_the_models_choice(model, prompts, before)  # and the stale weights' choices are not the model's
