@@ -36,7 +36,8 @@ problems; held-out figures come from ``python -m trainers warmup-measure --model
 
 The default start, ``smollm2-tools-sft`` (the cold-start SFT), is read, never written: the rounds' adapters go
 to ``--out``. The project's warm model ``smollm2-tools`` is round 4 of the committed float32
-distillation with run seed 1 (``harness/data/models/smollm2-tools/model.json`` gives the commands that rebuild it).
+distillation with run seed 1 and ``--reference-finish`` (``harness/data/models/smollm2-tools/model.json`` gives the
+commands that rebuild it).
 """
 
 from __future__ import annotations
