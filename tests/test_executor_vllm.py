@@ -50,7 +50,10 @@ MAX_LEN = 1024  # --data.max_len
 MAX_NEW = 96  # --rollout.max_new_tokens (the cpu-smoke recipe's per-turn budget)
 SAMPLES = 4  # --rollout.n_samples_per_prompt: with 2, the SAAR-on arm's 6 rollouts once made no failing call (the
 #             distilled model: 3 and 5 failing calls in 9 rollouts per arm); 12 per arm make that about 1 in 200
-PROBLEMS = ("rl-2000-0010-stdin", "rl-2000-0016-stdin", "rl-2000-0008-bignum")
+#: Problems the warm model fails on at this budget. The warm model of 2026-12-05 seldom calls the tool on stdin
+#: problems, so the earlier two stdin problems left an arm without a failing call (a cold run: 0 in 12 rollouts);
+#: of eight math problems, these failed most (rl-2000-0004-aime: 10 of 15 calls over both arms).
+PROBLEMS = ("rl-2000-0004-aime", "rl-2000-0013-aime", "rl-2000-0005-aime")
 CONFIG = ExecutorConfig(
     saar={"enabled": True, "prob": 1.0, "max_retries": 2}, max_turns=3, timeout=5.0, sandbox="local", seed=0
 )
