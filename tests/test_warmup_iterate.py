@@ -23,7 +23,7 @@ from harness.core.problems import rollout_config
 from harness.core.rollout import rollout
 from harness.core.saar import SaarConfig, SaarEvent
 from harness.engines.models import ADAPTERS_DIR, TOOLS_NAME
-from trainers.warmup.build import Example, FitSettings, batch_step, fit
+from trainers.warmup.build import Example, FitSettings, batch_step, fit, frozen_weights_in_bf16
 from trainers.warmup.iterate import (
     IterateConfig,
     examples_digest,
@@ -361,6 +361,30 @@ def test_micro_batches_give_the_whole_batchs_loss_and_gradient(micro):
     assert batch_step(model, batch, 0, micro_batch=micro) == pytest.approx(whole, rel=1e-3)  # bf16 rounding
 
 
+def test_frozen_weights_rounded_once_give_the_same_bits_as_autocasts_rounding_at_every_call():
+    """:func:`fit` holds the frozen linear weights in bfloat16 while it trains under autocast (which rounds them again
+    at every call): the loss and every gradient are the same bits, and the float32 weights come back afterwards."""
+    import torch
+
+    batch = _examples(random.Random(4), 5)
+    model = tiny_lora_model()
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    plain = batch_step(model, batch, 0, micro_batch=2)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    with frozen_weights_in_bf16(model):
+        dtypes = {p.dtype for n, p in model.named_parameters() if "base_layer" in n}
+        rounded = batch_step(model, batch, 0, micro_batch=2)
+    assert dtypes == {torch.bfloat16} and grads
+    assert rounded == plain
+    for name, p in model.named_parameters():
+        if name in grads:
+            assert p.grad.equal(grads[name]), name
+    for name, p in model.named_parameters():  # the embedding (tied to the head) was never rounded
+        if not p.requires_grad:
+            assert p.dtype == torch.float32 and p.equal(frozen[name]), name
+
+
 def test_a_lone_row_batch_trains():
     batch = _examples(random.Random(2), 1)
     assert batch_step(tiny_lora_model(), batch, 0, micro_batch=8) > 0
@@ -491,6 +515,9 @@ def test_the_warm_model_is_the_committed_run_its_model_json_rebuilds():
     run = Path(__file__).resolve().parents[1] / cfg.out
     rounds = read_manifest(run, cfg)["rounds"]  # refused if any setting differs from the run's
     assert [r["round"] for r in rounds] == [1, 2, 3, 4] and cfg.engine_dtype == "float32"
+    # sampled 32 trajectories at a time, and the same data at any other number (how fast, not what, in float32)
+    assert json.loads((run / "iterate.json").read_text())["config"]["concurrency"] == 32 != cfg.concurrency
+    assert read_manifest(run, replace(cfg, concurrency=7, threads=1))["rounds"] == rounds
     for name in ("adapter_config.json", "adapter_model.safetensors"):
         assert (run / "round-4" / name).read_bytes() == (warm / name).read_bytes()
 

@@ -19,8 +19,9 @@ the expert-iteration rounds that build the warm model ``embedded/smollm2-tools``
    whose call failed: the model learns the fix, not the bug.
 3. **Training** (:func:`fit`, shared with the expert-iteration rounds of
    :mod:`trainers.warmup.iterate`). LoRA (r 16, every linear layer) on the float32 model with
-   bfloat16 autocast, AdamW, seeded data order, one torch thread (on cores shared with other
-   jobs, two threads ran 4-7 times slower). The rendered system prompt is the same in every
+   bfloat16 autocast (its frozen weights rounded once, not at every call: :func:`frozen_weights_in_bf16`),
+   AdamW, seeded data order, one torch thread (on cores shared with other jobs, two threads ran 4-7
+   times slower). The rendered system prompt is the same in every
    example, so its keys and values are computed once per micro-batch (with gradients) and
    shared by its rows. A batch runs as micro-batches of ``micro_batch`` rows whose summed token
    losses are divided by the batch's trained tokens: the gradient of the whole batch's mean
@@ -36,6 +37,7 @@ Rebuild the committed artifact with ``python -m trainers warmup`` (the defaults)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -44,7 +46,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -476,6 +478,30 @@ def batch_step(model: Any, batch: Sequence[Example], pad_id: int, micro_batch: i
     return loss
 
 
+@contextlib.contextmanager
+def frozen_weights_in_bf16(model: Any) -> Iterator[None]:
+    """The frozen weights of ``model``'s LoRA-wrapped linears in bfloat16 while it trains under bfloat16 autocast,
+    their float32 values back afterwards (the engine is synced from them).
+
+    Autocast keeps its casts only of weights that require grad, so it rounds every frozen weight to bfloat16 again
+    at each call: rounded once here, the products are the same bits and a step is about 5% faster.
+    """
+    import torch
+    from peft.tuners.lora import LoraLayer
+
+    kept = []
+    for layer in model.modules():
+        if isinstance(layer, LoraLayer) and isinstance(layer.get_base_layer(), torch.nn.Linear):
+            weight = layer.get_base_layer().weight
+            kept.append((weight, weight.data))
+            weight.data = weight.data.to(torch.bfloat16)
+    try:
+        yield
+    finally:
+        for weight, data in kept:
+            weight.data = data
+
+
 def fit(
     model: Any,
     examples: Sequence[Example],
@@ -502,17 +528,18 @@ def fit(
     losses: list[float] = []
     bar = tqdm(range(settings.steps), desc=desc, disable=not progress, file=sys.stdout)
     train_started, cpu_started = time.monotonic(), time.process_time()
-    for step in bar:
-        if not batches:
-            batches = epoch_batches(groups, lengths, settings.batch_size, order_rng)
-        batch = [examples[i] for i in batches.pop()]
-        for group in optim.param_groups:
-            group["lr"] = _lr_at(step, settings)
-        optim.zero_grad()
-        losses.append(batch_step(model, batch, pad_id, settings.micro_batch))
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optim.step()
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    with frozen_weights_in_bf16(model):
+        for step in bar:
+            if not batches:
+                batches = epoch_batches(groups, lengths, settings.batch_size, order_rng)
+            batch = [examples[i] for i in batches.pop()]
+            for group in optim.param_groups:
+                group["lr"] = _lr_at(step, settings)
+            optim.zero_grad()
+            losses.append(batch_step(model, batch, pad_id, settings.micro_batch))
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optim.step()
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
     model.eval()
     return FitResult(losses, time.monotonic() - train_started, time.process_time() - cpu_started)
 

@@ -8,13 +8,14 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    seeds below :data:`~trainers.warmup.build.HELD_OUT_SEED`, one generator seed per round) x ``samples``
    trajectories on vLLM's offline engine (:class:`harness.engines.vllm_offline.OfflineEngine`) through the
    shared rollout core and the local sandbox: temperature 1.0, top_p 1.0, SAAR on (3 retries), 3 turns
-   of at most 256 tokens. Every trajectory's seed derives from (run seed, round, problem, sample). The engine
-   holds the policy in float32 by default (``engine_dtype``), where a seeded request's tokens do not depend on
-   what shares its batch, and the sandbox prints the same text for the same program (no address randomization,
-   a fixed hash seed: :mod:`sandboxes.local_policy`, since 2026-12-05), so a rerun samples the same rounds; in
-   bfloat16 (the rounds of the earlier committed runs) a request's tokens depend on its batch, and no two runs
-   are alike. Each round records its training data's digest (``examples_sha256``), its adapter's
-   (``adapter_sha256``) and the host its arithmetic ran on (:func:`host`: CPU features, library versions).
+   of at most 256 tokens, all of them in flight at once. Every trajectory's seed derives from (run seed, round,
+   problem, sample). The engine holds the policy in float32 by default (``engine_dtype``), where a seeded
+   request's tokens depend neither on what shares its batch nor on a preemption, and the sandbox prints the
+   same text for the same program (no address randomization, a fixed hash seed: :mod:`sandboxes.local_policy`,
+   since 2026-12-05), so a rerun samples the same rounds; in bfloat16 (the rounds of the earlier committed runs)
+   a request's tokens depend on its batch, and no two runs are alike. Each round records its training data's
+   digest (``examples_sha256``), its adapter's (``adapter_sha256``) and the host its arithmetic ran on
+   (:func:`host`: CPU features, library versions).
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
    with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
@@ -112,7 +113,11 @@ class IterateConfig:
     micro_batch: int = 4  #: rows per forward pass (a first run with whole batches of long rows was OOM-killed)
     learning_rate: float = 5e-4
     warmup_steps: int = 1
-    concurrency: int = 32  #: trajectories in flight (the engine's batch)
+    #: trajectories in flight: all of a round's at once (vLLM on CPU runs 128 of them, the rest wait; the default
+    #: 2 GiB KV cache held round 1's 128 at 44%). In float32 a seeded request's tokens depend neither on its batch
+    #: nor on a preemption, so this is how fast, not what, a round samples: round 1 of the warm model gave the same
+    #: data at 32, 96 and 192, sampled in 295, 245 and 234 s
+    concurrency: int = 192
     #: the engine's weights: in float32 a seeded trajectory does not depend on what shares its batch, so a rerun
     #: samples the same rounds; bfloat16's rollouts are 10-20% faster and differ from run to run
     engine_dtype: str = "float32"
@@ -136,9 +141,13 @@ class IterateConfig:
             raise ValueError(f"warmup-iterate: seed {self.seed} with {self.rounds} rounds reaches held-out seeds")
 
     def identity(self) -> dict[str, Any]:
-        """What must match for a run to resume another: every setting but the number of rounds and the torch
-        threads (how fast, not what, a round trains)."""
-        return {k: v for k, v in asdict(self).items() if k not in ("rounds", "threads")}
+        """What must match for a run to resume another: every setting but those of :data:`NOT_IDENTITY`."""
+        return {k: v for k, v in asdict(self).items() if k not in NOT_IDENTITY}
+
+
+#: settings a run may change and resume: the number of rounds, and how fast (not what) a round samples and trains
+#: (the trajectories in flight, the torch threads; the concurrency's data is the same in float32 only)
+NOT_IDENTITY = ("rounds", "threads", "concurrency")
 
 
 def problem_seed(seed: int, round_: int) -> int:
@@ -267,7 +276,8 @@ def read_manifest(out: Path, cfg: IterateConfig) -> dict[str, Any]:
     if not path.is_file():
         return {"command": command_line(cfg), "config": cfg.identity(), "rounds": []}
     manifest = json.loads(path.read_text())
-    there, here = {**ADDED_SETTINGS, **manifest.get("config", {})}, cfg.identity()
+    written = {**ADDED_SETTINGS, **manifest.get("config", {})}
+    there, here = {k: v for k, v in written.items() if k not in NOT_IDENTITY}, cfg.identity()
     if there != here:
         differ = ", ".join(
             f"{k} {there.get(k)!r} there, {here.get(k)!r} here"
@@ -468,7 +478,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "micro_batch": "rows per forward pass (the step's gradient stays the whole batch's)",
         "learning_rate": "peak learning rate (linear warm-up, then linear decay to a tenth)",
         "warmup_steps": "steps of learning-rate warm-up",
-        "concurrency": "trajectories in flight",
+        "concurrency": "trajectories in flight (float32: how fast, not what)",
         "threads": "torch threads for fine-tuning",
         "engine_dtype": "the engine's weights: float32 (a rerun samples the same rounds) or bfloat16 (no rerun alike)",
     }
