@@ -21,11 +21,10 @@ the expert-iteration rounds that build the warm model ``embedded/smollm2-tools``
    :mod:`trainers.warmup.iterate`). LoRA (r 16, every linear layer) on the float32 model with
    bfloat16 autocast (its frozen weights rounded once, not at every call: :func:`frozen_weights_in_bf16`),
    AdamW, seeded data order, one torch thread (on cores shared with other jobs, two threads ran 4-7
-   times slower). The rendered system prompt is the same in every
-   example, so its keys and values are computed once per micro-batch (with gradients) and
-   shared by its rows. A batch runs as micro-batches of ``micro_batch`` rows whose summed token
-   losses are divided by the batch's trained tokens: the gradient of the whole batch's mean
-   token loss, in less memory.
+   times slower). The rendered system prompt is the same in every example, so its keys and values are
+   computed once per micro-batch (with gradients) and shared by its rows. A batch runs as micro-batches
+   of ``micro_batch`` rows whose summed token losses are divided by the batch's trained tokens: the
+   gradient of the whole batch's mean token loss, in less memory.
 4. **Artifact** (:func:`write_adapter`). The adapter in bfloat16 (about 10 MB) and ``warmup.json``
    (the command, settings, data and loss figures) in ``harness/data/models/smollm2-tools-sft/``, which
    :func:`harness.engines.models.load_model` merges into the embedded base model, and where the

@@ -113,10 +113,10 @@ class IterateConfig:
     micro_batch: int = 4  #: rows per forward pass (a first run with whole batches of long rows was OOM-killed)
     learning_rate: float = 5e-4
     warmup_steps: int = 1
-    #: trajectories in flight: all of a round's at once (vLLM on CPU runs 128 of them, the rest wait; the default
-    #: 2 GiB KV cache held round 1's 128 at 44%). In float32 a seeded request's tokens depend neither on its batch
-    #: nor on a preemption, so this is how fast, not what, a round samples: round 1 of the warm model gave the same
-    #: data at 32, 96 and 192, sampled in 295, 245 and 234 s
+    #: trajectories in flight: a whole default round (32 problems x 6 samples; vLLM on CPU runs 128 of them, the
+    #: rest wait; the default 2 GiB KV cache held round 1's 128 at 44%). In float32 a seeded request's tokens
+    #: depend neither on its batch nor on a preemption, so this is how fast, not what, a round samples: round 1
+    #: of the warm model gave the same data at 32, 96 and 192, sampled in 295, 245 and 234 s
     concurrency: int = 192
     #: the engine's weights: in float32 a seeded trajectory does not depend on what shares its batch, so a rerun
     #: samples the same rounds; bfloat16's rollouts are 10-20% faster and differ from run to run
