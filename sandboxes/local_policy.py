@@ -107,8 +107,11 @@ def rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> dict[int, tupl
 #: ``personality(2)``'s flag for an address space laid out the same in every run (what ``setarch -R`` sets)
 ADDR_NO_RANDOMIZE = 0x0040000
 
-#: the programs' niceness, as in the docker worker: under load the harness (its timers, its clean-up) and the model
-#: beside it come first; a program alone on the machine runs at full speed whatever its niceness
+#: the programs' niceness, as in the docker worker: a program alone on the machine runs at full speed whatever its
+#: niceness. It ranks a program below the harness only where the kernel schedules them in one group: with autogroup
+#: scheduling (``/proc/sys/kernel/sched_autogroup_enabled``, on in many kernels) a program's own session is a group
+#: of its own, weighted as much as the harness's. Lowering the group too starved programs into timeouts
+#: (docs/ablation.md).
 PROGRAM_NICE = 19
 
 

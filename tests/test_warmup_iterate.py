@@ -23,12 +23,11 @@ from harness.core.problems import rollout_config
 from harness.core.rollout import rollout
 from harness.core.saar import SaarConfig, SaarEvent
 from harness.engines.models import ADAPTERS_DIR, TOOLS_NAME
-from trainers.warmup.build import Example, FitSettings, batch_step, fit, frozen_weights_in_bf16
+from trainers.warmup.build import Example, FitSettings, batch_step, fit, frozen_weights_in_bf16, host
 from trainers.warmup.iterate import (
     IterateConfig,
     examples_digest,
     fit_settings,
-    host,
     problem_seed,
     round_problems,
     sample_round,
@@ -314,9 +313,9 @@ flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_tile amx_bf16 sha_ni
 """
 
 
-def test_a_round_records_the_cpu_features_and_libraries_its_arithmetic_ran_on():
+def test_a_build_records_the_cpu_features_and_libraries_its_arithmetic_ran_on(monkeypatch):
     """Two builds whose data agree and whose adapters differ are told apart by the host: the vector features
-    that pick torch's and vLLM's kernels (AVX-512, AMX) and the computing libraries' versions."""
+    that pick torch's and vLLM's kernels (AVX-512, AMX), a cap on oneDNN's and the computing libraries' versions."""
     from importlib.metadata import version
 
     described = host(CPUINFO)
@@ -326,6 +325,10 @@ def test_a_round_records_the_cpu_features_and_libraries_its_arithmetic_ran_on():
     without_amx = host(CPUINFO.replace(" amx_tile amx_bf16", ""))
     assert without_amx["cpu_features"] != described["cpu_features"]  # another CPU generation: another record
     assert host("")["cpu"] == "unknown" and host("")["cpu_features"] == []
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert host(CPUINFO)["onednn_max_cpu_isa"] is None
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_BF16")  # AMX present and not used: other bits
+    assert host(CPUINFO)["onednn_max_cpu_isa"] == "AVX512_CORE_BF16"
 
 
 # ------------------------------------------------------------------------------------------ training

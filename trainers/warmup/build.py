@@ -612,8 +612,7 @@ def save_adapter(
         "losses": [round(x, 4) for x in losses],
         "threads": cfg.threads,
         "load_average_1min_at_end": round(os.getloadavg()[0], 2),
-        "torch_versions": package_versions(),
-        "machine": platform.machine(),
+        "host": host(),
     }
     return write_adapter(model, Path(cfg.out), "warmup.json", manifest)
 
@@ -648,7 +647,7 @@ def _non_default_args(cfg: WarmupConfig) -> str:
     return (" " + " ".join(parts)) if parts else ""
 
 
-def package_versions(names: Sequence[str] = ("torch", "transformers", "peft")) -> dict[str, str | None]:
+def package_versions(names: Sequence[str]) -> dict[str, str | None]:
     """The installed version of each package (None where it is not installed): what a build's arithmetic ran on."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -659,6 +658,40 @@ def package_versions(names: Sequence[str] = ("torch", "transformers", "peft")) -
         except PackageNotFoundError:
             versions[name] = None
     return versions
+
+
+#: the CPU features that decide which kernels torch and vLLM run, and so the last bits of their floats
+KERNEL_FEATURES = ("avx2", "avx512", "amx", "fma")
+#: the libraries whose arithmetic a build's data and adapter come from
+COMPUTING_PACKAGES = ("torch", "vllm", "transformers", "peft")
+
+
+def host(cpuinfo: str | None = None) -> dict[str, Any]:
+    """What a build's bytes (the SFT's, a round's) depend on besides the command and the data: the CPU (its model
+    and the vector features its kernels are chosen by), a cap on the features oneDNN may use (``ONEDNN_MAX_CPU_ISA``,
+    None when unset) and the computing libraries' versions. Two builds of the same command whose data agree and
+    whose adapters do not tell here whether they ran on different arithmetic.
+
+    ``cpuinfo`` is ``/proc/cpuinfo``'s text (read when None; where there is none, the CPU is ``unknown``).
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}  # the last processor's, which are all alike
+    for line in cpuinfo.splitlines():
+        key, colon, value = line.partition(":")
+        if colon:
+            fields[key.strip()] = value.strip()
+    flags = fields.get("flags", "").split()
+    return {
+        "machine": platform.machine(),
+        "cpu": fields.get("model name", "unknown"),
+        "cpu_features": sorted(f for f in flags if f.startswith(KERNEL_FEATURES)),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+        "packages": package_versions(COMPUTING_PACKAGES),
+    }
 
 
 def add_arguments(parser: Any) -> None:

@@ -48,7 +48,6 @@ import asyncio
 import hashlib
 import json
 import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -73,7 +72,7 @@ from trainers.warmup.build import (
     DemonstrationError,
     FitSettings,
     fit,
-    package_versions,
+    host,
     tokenize,
     trained_tokens,
     write_adapter,
@@ -414,38 +413,6 @@ async def one_round(
         policy, Path(cfg.out) / f"round-{round_}", ROUND_MANIFEST, {"command": command_line(cfg), **figures}
     )
     return {**figures, "adapter_sha256": file_digest(written / "adapter_model.safetensors")}
-
-
-#: the CPU features that decide which kernels torch and vLLM run, and so the last bits of their floats
-KERNEL_FEATURES = ("avx2", "avx512", "amx", "fma")
-#: the libraries whose arithmetic a round's data and adapter come from
-COMPUTING_PACKAGES = ("torch", "vllm", "transformers", "peft")
-
-
-def host(cpuinfo: str | None = None) -> dict[str, Any]:
-    """What a round's bytes depend on besides the command and the data: the CPU (its model and the vector
-    features its kernels are chosen by) and the computing libraries' versions. Two builds of the same command
-    whose data agree and whose adapters do not tell here whether they ran on different arithmetic.
-
-    ``cpuinfo`` is ``/proc/cpuinfo``'s text (read when None; where there is none, the CPU is ``unknown``).
-    """
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    fields: dict[str, str] = {}  # the last processor's, which are all alike
-    for line in cpuinfo.splitlines():
-        key, colon, value = line.partition(":")
-        if colon:
-            fields[key.strip()] = value.strip()
-    flags = fields.get("flags", "").split()
-    return {
-        "machine": platform.machine(),
-        "cpu": fields.get("model name", "unknown"),
-        "cpu_features": sorted(f for f in flags if f.startswith(KERNEL_FEATURES)),
-        "packages": package_versions(COMPUTING_PACKAGES),
-    }
 
 
 def _kinds(problems: Sequence[GeneratedProblem]) -> dict[str, int]:
