@@ -117,6 +117,23 @@ def test_the_committed_adapter_is_small_and_says_how_it_was_built():
     assert manifest["failed_call_demonstrations"], "the warm model must have seen failed calls and their fixes"
 
 
+def test_the_sfts_manifest_records_the_host_its_arithmetic_ran_on(tmp_path):
+    """The committed SFT's bits came from an environment its manifest named only by three library versions, and no
+    rebuild here gives them back (results/warmup/float32/rebuild-faster/): a new SFT records what a round records."""
+    import json
+
+    from trainers.warmup.build import WarmupConfig, host, save_adapter
+
+    out = save_adapter(
+        tiny_lora_model(), WarmupConfig(out=str(tmp_path / "sft")), [], [1.0, 0.5], data_s=1.0, train_s=2.0,
+        train_cpu_s=2.0,
+    )  # fmt: skip
+    manifest = json.loads((out / "warmup.json").read_text())
+    assert manifest["host"] == host()
+    assert manifest["host"]["packages"]["transformers"] and manifest["host"]["cpu_features"]
+    assert (out / "adapter_model.safetensors").stat().st_size > 0
+
+
 @pytest.mark.slow
 def test_warm_model_loads_as_the_base_model_plus_the_adapter():
     import torch
