@@ -26,7 +26,7 @@ the expert-iteration rounds that build the warm model ``embedded/smollm2-tools``
    of ``micro_batch`` rows whose summed token losses are divided by the batch's trained tokens: the
    gradient of the whole batch's mean token loss, in less memory.
 4. **Artifact** (:func:`write_adapter`). The adapter in bfloat16 (about 10 MB) and ``warmup.json``
-   (the command, settings, data and loss figures) in ``harness/data/models/smollm2-tools-sft/``, which
+   (the command, settings, data and loss figures, the :func:`host`) in ``harness/data/models/smollm2-tools-sft/``, which
    :func:`harness.engines.models.load_model` merges into the embedded base model, and where the
    expert-iteration rounds (:mod:`trainers.warmup.iterate`) that build ``smollm2-tools`` start.
 

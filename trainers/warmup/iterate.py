@@ -15,7 +15,7 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    since 2026-12-05), so a rerun samples the same rounds; in bfloat16 (the rounds of the earlier committed runs)
    a request's tokens depend on its batch, and no two runs are alike. Each round records its training data's
    digest (``examples_sha256``), its adapter's (``adapter_sha256``) and the host its arithmetic ran on
-   (:func:`host`: CPU features, library versions).
+   (:func:`trainers.warmup.build.host`: CPU features, library versions).
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
    with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
