@@ -9,7 +9,7 @@ importing it. A model is named by a *spec*:
 * ``"smollm2-tools"``: the project's tool-using warm model, the embedded default plus a LoRA
   adapter committed in ``harness/data/models/smollm2-tools/`` (the tool-use SFT, then four rounds of
   expert iteration with distillation at its own failures, sampled in float32; ``model.json``'s commands
-  rebuild its bytes on one machine type),
+  rebuild its bytes on the CPU type it was built on),
   merged into the base weights at load time;
 * ``"smollm2-tools-sft"``: the cold-start SFT alone (``python -m trainers warmup`` builds it), where the
   rounds start;

@@ -17,6 +17,12 @@ calls fail and of which error kind, accuracy, SAAR's regenerations, the share th
 that repeated the failed call (:class:`harness.core.metrics.Regenerations`, the report's definitions), and
 how often a turn after a call that ran calls again (:func:`calls_after_a_run`: the warm model's habit of
 rewriting a program that worked until it broke).
+
+``--engine-dtype float32`` holds the weights in float32 on either engine: every request is seeded per (sample,
+epoch), and in float32 a seeded request's tokens do not depend on what shares its batch, so a rerun on one CPU
+gives the same figures, but for a program that ends near the sandbox's time limit in one run and not in the
+other (wall clock). In bfloat16 (the default, as every committed measure) a rerun is another sample of the
+same model.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from inspect_ai.model import ChatMessage
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
 from harness.core.metrics import Regenerations, rate
 from harness.reports.compare import ArmRun, read_arms, run_arms, scored
+from trainers.core.config import ENGINE_DTYPES
 from trainers.warmup.build import HELD_OUT_SEED
 
 #: samples in flight on vLLM (the demo's measured best)
@@ -184,18 +191,21 @@ def model_label(model: str) -> str:
 
 
 @contextlib.contextmanager
-def inspect_model(model: str, engine: str, log_dir: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The Inspect model name for ``model`` on ``engine`` and the run options, for the duration.
+def inspect_model(
+    model: str, engine: str, log_dir: Path, dtype: str = "bfloat16"
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The Inspect model name for ``model`` on ``engine`` (its weights in ``dtype``) and the run options, for the
+    duration.
 
     ``vllm``: the model behind vLLM's OpenAI server on loopback (as the demo serves it), reached through
     Inspect's ``vllm/`` provider; ``embedded``: in process."""
     if engine == "embedded":
-        yield (model if model.startswith("embedded/") else f"embedded/{model}"), {}
+        yield (model if model.startswith("embedded/") else f"embedded/{model}"), {"model_args": {"dtype": dtype}}
         return
     from harness.engines.serve import Server
 
     before = os.environ.get("VLLM_BASE_URL")
-    with Server(model.removeprefix("embedded/"), log_path=log_dir / "vllm-server.log") as server:
+    with Server(model.removeprefix("embedded/"), dtype=dtype, log_path=log_dir / "vllm-server.log") as server:
         os.environ["VLLM_BASE_URL"] = server.base_url
         try:
             yield f"vllm/{server.model}", {"max_samples": VLLM_CONCURRENCY, "max_connections": 2 * VLLM_CONCURRENCY}
@@ -220,13 +230,14 @@ def measure(
     top_p: float | None,
     display: str | None,
     engine: str = "embedded",
+    engine_dtype: str = "bfloat16",
     saar: bool = False,
 ) -> ModelFigures:
     """Run every source with SAAR off (``saar``: on) and return the model's figures."""
     results = []
     label = model_label(model)
     log_root = out / "logs" / label
-    with inspect_model(model, engine, log_root) as (name, options):
+    with inspect_model(model, engine, log_root, engine_dtype) as (name, options):
         for source, task, data in sources(out, heldout_math, heldout_code, seed, fixtures):
             generate_args: dict[str, Any] = {"max_tokens": max_tokens}
             if top_p is not None:
@@ -239,6 +250,7 @@ def measure(
                 log_dir=log_root / source.replace(" ", "-"),
                 epochs=epochs,
                 task_args={"data": data, "sandbox": "local", "max_turns": max_turns, "seed": seed},
+                model_args=options.get("model_args"),
                 generate=generate_args,
                 arms=["on" if saar else "off"],
                 display=display,
@@ -292,6 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--model", dest="models", type=lambda m: [m], help="one model (the same as --models M)")
     parser.add_argument("--engine", choices=["embedded", "vllm"], default="embedded", help="in process, or vLLM")
+    parser.add_argument(
+        "--engine-dtype",
+        choices=ENGINE_DTYPES,
+        default="bfloat16",
+        help="the weights on either engine: float32 gives the same figures when rerun on one CPU; bfloat16 "
+        "(as every committed measure) is faster, and a rerun is another sample",
+    )
     parser.add_argument("--saar", action="store_true", help="SAAR on (3 retries): its regenerations are counted")
     parser.add_argument("--out", default=None, help="output directory (default results/warmup/<time>)")
     parser.add_argument("--heldout-math", type=int, default=24, help="held-out generated math problems")
@@ -324,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 top_p=args.top_p,
                 display=args.display,
                 engine=args.engine,
+                engine_dtype=args.engine_dtype,
                 saar=args.saar,
             )
         )
