@@ -338,7 +338,7 @@ async def test_hostile_program(case: Hostile, backend: str, backends, sandboxes,
 async def test_no_zombies_or_stray_processes_in_the_container(backends, sandboxes) -> None:
     """The orphans of a finished call are reaped by the worker (PID 1). Until the call's own process has finished
     exiting (at idle priority, after its answer) they are its zombies, and on a busy machine that can outlast the
-    next call's start (seen in CI: ten of them), so the container is looked at until they are gone, for 10 s."""
+    next call's start (seen in .ci/run: ten of them), so the container is looked at until they are gone, for 10 s."""
     sandbox = await _sandbox("docker", backends, sandboxes)
     await sandbox.run_python("import os\nfor _ in range(10):\n    if os.fork() == 0:\n        os._exit(0)")
     probe = (

@@ -112,6 +112,8 @@ _HOLDER = """
 import asyncio, faulthandler, signal, sys
 from sandboxes.docker_backend import DockerBackend
 
+# SIGINT as a terminal delivers it: a test runner started as a background job passes SIGINT on ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it hangs, if it does
 
 async def main():
@@ -140,7 +142,7 @@ def test_a_signalled_process_removes_its_containers(signum: int) -> None:
             proc.send_signal(signum)
             try:
                 proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:  # seen once in .ci/run (SIGINT, 2026-12-06): where each thread waits
+            except subprocess.TimeoutExpired:  # say where each thread waits
                 proc.send_signal(signal.SIGUSR1)
                 time.sleep(1.0)
                 err.seek(0)
