@@ -6,6 +6,7 @@ python -m harness compare --from-logs /cluster/logs/run7 --run run7
 python -m harness regression                       # every results/baselines/*.yaml
 python -m harness demo                             # the warm model on vLLM (or in process), SAAR on vs off
 python -m harness serve smollm2-tools --port 8000   # the model behind vLLM's OpenAI server, on loopback
+python -m harness protocol --preset cleaner-paper --kind gpqa   # the whole resolved protocol (the card)
 """
 
 from __future__ import annotations
@@ -199,6 +200,9 @@ def _parser() -> argparse.ArgumentParser:
     from harness.engines.serve import add_arguments as add_serve_arguments
 
     add_serve_arguments(sub.add_parser("serve", help="serve a local model with transformers serve on 127.0.0.1"))
+    from harness.reports import card
+
+    card.add_arguments(sub.add_parser("protocol", help="print the whole resolved protocol of a preset (the card)"))
     return parser
 
 
@@ -391,12 +395,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return compare_main(args)
         if args.command == "regression":
             return regression_main(args)
+        if args.command == "protocol":
+            from harness.reports.card import main as card_main
+
+            return card_main(args)
         if args.command == "serve":
             from harness.engines.serve import run as serve_main
 
             return serve_main(args)
         return demo_main(args)
-    except CompareError as exc:
+    except (CompareError, ValueError) as exc:
         print(f"{args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -11,6 +11,7 @@ inspect eval tasks/aime24.py --model embedded/smollm2 -T data=fixture --limit 3
 from inspect_ai import Task, task
 
 from harness.benchmarks.datasets import load_aime24
+from harness.benchmarks.presets import Judge
 from harness.core.saar import Similarity
 from harness.evals.scorers import math_scorer
 from harness.evals.tasks import SandboxName, TaskOptions, benchmark_task
@@ -36,6 +37,10 @@ def aime24(
     data: str | None = None,
     seed: int = 0,
     share_prefix: str | None = None,
+    tool_env: str | None = None,
+    judge: Judge | None = None,
+    prompt_template: str | None = None,
+    tokenizer: str | None = None,
 ) -> Task:
     """AIME 2024 with the shared rollout core.
 
@@ -50,24 +55,15 @@ def aime24(
         seed: the run's seed; per-(sample, epoch) sampling seeds derive from it, the same in both SAAR arms.
         share_prefix: an id shared by both SAAR arms of one run: the requests they have in common (before
             SAAR first acts) are generated once and read from Inspect\'s cache by the other arm.
+        tool_env: the tool environment, "project" or "reference" (Open-CLEANER's). Unset: the preset's, else project.
+        judge: the reported accuracy, "lenient" (equivalence) or "reference" (the strict box on the whole
+            response; the lenient verdict beside it). Unset: the preset's, else lenient.
+        prompt_template: a prompt template file (docs/benchmarks.md, "Prompts"); unset: the project's.
+        tokenizer: what a response budget counts tool output with (hub id or path); unset: the model's own.
     """
-    options = TaskOptions(
-        preset=preset,
-        saar=saar,
-        saar_prob=saar_prob,
-        gamma=gamma,
-        similarity=similarity,
-        max_retries=max_retries,
-        max_turns=max_turns,
-        max_total_tokens=max_total_tokens,
-        timeout=timeout,
-        output_chars=output_chars,
-        epochs=epochs,
-        temperature=temperature,
-        top_p=top_p,
-        max_tokens=max_tokens,
-        sandbox=sandbox,
-        seed=seed,
-        share_prefix=share_prefix,
+    options = TaskOptions.of(locals())
+    return benchmark_task(
+        lambda templates: load_aime24(data, templates=templates),
+        lambda problems, judge: math_scorer(judge=judge),
+        options,
     )
-    return benchmark_task(load_aime24(data), math_scorer(), options)

@@ -13,6 +13,7 @@ The hub dataset is gated: accept its terms on the dataset page and set HF_TOKEN,
 from inspect_ai import Task, task
 
 from harness.benchmarks.datasets import load_gpqa
+from harness.benchmarks.presets import Judge
 from harness.core.saar import Similarity
 from harness.evals.scorers import gpqa_scorer
 from harness.evals.tasks import SandboxName, TaskOptions, benchmark_task
@@ -38,6 +39,10 @@ def gpqa(
     data: str | None = None,
     seed: int = 0,
     share_prefix: str | None = None,
+    tool_env: str | None = None,
+    judge: Judge | None = None,
+    prompt_template: str | None = None,
+    tokenizer: str | None = None,
 ) -> Task:
     """GPQA-Diamond with the shared rollout core (choices shuffled with `seed`).
 
@@ -52,24 +57,15 @@ def gpqa(
         seed: the run's seed; per-(sample, epoch) sampling seeds derive from it, the same in both SAAR arms.
         share_prefix: an id shared by both SAAR arms of one run: the requests they have in common (before
             SAAR first acts) are generated once and read from Inspect\'s cache by the other arm.
+        tool_env: the tool environment, "project" or "reference" (Open-CLEANER's). Unset: the preset's, else project.
+        judge: the reported accuracy, "lenient" (equivalence) or "reference" (the strict box on the whole
+            response; the lenient verdict beside it). Unset: the preset's, else lenient.
+        prompt_template: a prompt template file (docs/benchmarks.md, "Prompts"); unset: the project's.
+        tokenizer: what a response budget counts tool output with (hub id or path); unset: the model's own.
     """
-    options = TaskOptions(
-        preset=preset,
-        saar=saar,
-        saar_prob=saar_prob,
-        gamma=gamma,
-        similarity=similarity,
-        max_retries=max_retries,
-        max_turns=max_turns,
-        max_total_tokens=max_total_tokens,
-        timeout=timeout,
-        output_chars=output_chars,
-        epochs=epochs,
-        temperature=temperature,
-        top_p=top_p,
-        max_tokens=max_tokens,
-        sandbox=sandbox,
-        seed=seed,
-        share_prefix=share_prefix,
+    options = TaskOptions.of(locals())
+    return benchmark_task(
+        lambda templates: load_gpqa(data, seed=seed, templates=templates),
+        lambda problems, judge: gpqa_scorer(judge=judge),
+        options,
     )
-    return benchmark_task(load_gpqa(data, seed=seed), gpqa_scorer(), options)

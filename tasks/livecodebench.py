@@ -14,6 +14,7 @@ The final ```python block is the answer, never a tool call (harness.core.problem
 from inspect_ai import Task, task
 
 from harness.benchmarks.datasets import load_livecodebench
+from harness.benchmarks.presets import Judge
 from harness.core.saar import Similarity
 from harness.evals.scorers import code_scorer
 from harness.evals.tasks import SandboxName, TaskOptions, benchmark_task
@@ -42,6 +43,10 @@ def livecodebench(
     release: str = "release_v6",
     seed: int = 0,
     share_prefix: str | None = None,
+    tool_env: str | None = None,
+    judge: Judge | None = None,
+    prompt_template: str | None = None,
+    tokenizer: str | None = None,
 ) -> Task:
     """LiveCodeBench with the shared rollout core.
 
@@ -57,25 +62,17 @@ def livecodebench(
         seed: the run's seed; per-(sample, epoch) sampling seeds derive from it, the same in both SAAR arms.
         share_prefix: an id shared by both SAAR arms of one run: the requests they have in common (before
             SAAR first acts) are generated once and read from Inspect\'s cache by the other arm.
+        tool_env: the tool environment, "project" or "reference" (Open-CLEANER's). Unset: the preset's, else project.
+        judge: the reported accuracy, "lenient" (equivalence) or "reference" (the strict box on the whole
+            response; the lenient verdict beside it). Unset: the preset's, else lenient.
+        prompt_template: a prompt template file (docs/benchmarks.md, "Prompts"); unset: the project's.
+        tokenizer: what a response budget counts tool output with (hub id or path); unset: the model's own.
     """
-    options = TaskOptions(
-        preset=preset,
-        saar=saar,
-        saar_prob=saar_prob,
-        gamma=gamma,
-        similarity=similarity,
-        max_retries=max_retries,
-        max_turns=max_turns,
-        max_total_tokens=max_total_tokens,
-        timeout=timeout,
-        output_chars=output_chars,
-        epochs=epochs,
-        temperature=temperature,
-        top_p=top_p,
-        max_tokens=max_tokens,
-        sandbox=sandbox,
-        seed=seed,
-        share_prefix=share_prefix,
+    options = TaskOptions.of(locals())
+    return benchmark_task(
+        lambda templates: load_livecodebench(
+            data, start_date=start_date, end_date=end_date, release=release, templates=templates
+        ),
+        lambda problems, judge: code_scorer(problems),
+        options,
     )
-    problems = load_livecodebench(data, start_date=start_date, end_date=end_date, release=release)
-    return benchmark_task(problems, code_scorer(problems), options)

@@ -64,3 +64,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI is set but {missing}: run `sandboxes/ci_docker.sh` before the tests", pytrace=False)
     pytest.skip(f"{missing} (start one with sandboxes/ci_docker.sh; see docs/docker.md)")
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Qwen3's tokenizer and chat template saved as a directory (what ``-T tokenizer=`` takes)."""
+    from qwen_artifacts import qwen_tokenizer
+
+    path = tmp_path_factory.mktemp("qwen3-tokenizer")
+    qwen_tokenizer("qwen3").save_pretrained(path)
+    return str(path)

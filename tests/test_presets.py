@@ -55,7 +55,7 @@ def test_explicit_arguments_override_the_preset_and_defaults_apply_without_one()
     t = _load("aime24", preset="cleaner-paper", saar=False, epochs=2)
     assert t.metadata["saar"] is False and t.epochs == 2 and t.metadata["protocol"]["max_retries"] == 3
     plain = _load("aime24")
-    assert plain.metadata["preset"] is None and plain.metadata["protocol"] == EvalProtocol().to_dict()
+    assert plain.metadata["preset"] is None and plain.metadata["protocol"] == EvalProtocol().filled().to_dict()
     assert plain.epochs == 1 and plain.metadata["saar"] is False
 
 
@@ -67,14 +67,20 @@ def test_unknown_preset_and_unknown_setting_are_named() -> None:
     assert set(PRESETS["cleaner-paper"]) == set(PRESETS["cleaner-paper-7b"]) == {"math", "gpqa", "code"}
 
 
-def test_the_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None:
+def test_the_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path, qwen3_tokenizer_dir: str) -> None:
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
         [log] = inspect_eval(
             "tasks/aime24.py",
             model="replay/aime24.yaml",
-            task_args={"preset": "cleaner-paper", "epochs": 1, "data": "fixture", "sandbox": "local"},
+            task_args={
+                "preset": "cleaner-paper",
+                "epochs": 1,
+                "data": "fixture",
+                "sandbox": "local",
+                "tokenizer": qwen3_tokenizer_dir,  # the reference's budget counts tool output in tokens
+            },
             limit=1,
             log_dir=str(tmp_path),
             display="none",
@@ -86,14 +92,19 @@ def test_the_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None:
     assert arm_from_log(log).arm == "on"  # no saar argument: the preset turned rollback on
 
 
-def test_the_7b_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None:
+def test_the_7b_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path, qwen3_tokenizer_dir: str) -> None:
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
         [log] = inspect_eval(
             "tasks/gpqa.py",
             model="replay/gpqa.yaml",
-            task_args={"preset": "cleaner-paper-7b", "data": "fixture", "sandbox": "local"},
+            task_args={
+                "preset": "cleaner-paper-7b",
+                "data": "fixture",
+                "sandbox": "local",
+                "tokenizer": qwen3_tokenizer_dir,
+            },
             epochs=1,  # the command line's count replaces the preset's 32
             limit=1,
             log_dir=str(tmp_path),
@@ -103,7 +114,7 @@ def test_the_7b_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path) -> None
         os.chdir(cwd)
     assert log.status == "success"
     assert log.eval.metadata["preset"] == "cleaner-paper-7b"
-    assert log.eval.metadata["protocol"] == PRESETS["cleaner-paper-7b"]["gpqa"].to_dict()
+    assert log.eval.metadata["protocol"] == PRESETS["cleaner-paper-7b"]["gpqa"].filled().to_dict()
     assert log.eval.metadata["protocol"]["epochs"] == 32 and log.eval.config.epochs == 1
     assert arm_from_log(log).arm == "off"  # no saar argument: the 7B preset leaves rollback off
 

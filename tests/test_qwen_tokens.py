@@ -367,6 +367,24 @@ async def test_overlong_penalty_counts_generated_tokens_only(tok, local_sandbox)
     assert result["extra_logs"]["overlong_penalty"] == pytest.approx(-0.5) and result["reward"] == pytest.approx(0.5)
 
 
+async def test_reference_environment_counts_tool_output_in_budget_and_penalty(tok, local_sandbox):
+    """Under the reference's environment the response budget and the DAPO penalty count every response token
+    (verl's DAPO reward measures the whole response), and the whole response is judged."""
+    payload = json.dumps({"name": "code_interpreter", "arguments": {"code": "print('x' * 3000)"}})
+    call = f"{CALL_OPEN}\n{payload}\n{CALL_CLOSE}"
+    turns = ["Let me look.\n" + call, FINAL]
+    cfg = {"saar": {"enabled": False}, "tool_env": "reference", "max_new_tokens": 4000, "overlong_buffer_len": 40}
+    result, traj, engine = await run_executor(tok, list(turns), local_sandbox, **cfg)
+    tool = [m.content for m in traj.messages if m.role == "tool"]
+    assert tool and tool[0].startswith("Tool call success\nstdout: xxx") and "...(truncated)..." in tool[0]
+    generated = sum(len(o) for o in engine.outputs)
+    response = result["action_ranges"][-1][1] - result["action_ranges"][0][0]  # first to last generated token
+    assert response > generated + 50 and result["reward"] == 1.0  # the tool result's tokens are in the response
+    cfg["max_new_tokens"], cfg["overlong_buffer_len"] = response + 10, 20  # 10 response tokens into the buffer
+    result, _, _ = await run_executor(tok, list(turns), local_sandbox, **cfg)
+    assert result["extra_logs"]["overlong_penalty"] == pytest.approx(-0.5)
+
+
 async def test_sandbox_is_leased_per_program_run_within_the_pool():
     """Five concurrent program runs through a pool of 2: real local sandboxes, never more than 2 busy."""
     import asyncio

@@ -6,13 +6,17 @@ import threading
 
 import pytest
 
+from harness.benchmarks import scoring
 from harness.benchmarks.scoring import (
     STRICT_WINDOW,
+    Verdict,
+    compare_math,
     extract_boxed,
     extract_code,
     gpqa_correct,
     gpqa_letter,
     is_correct,
+    judge_math,
     lenient_reward,
     math_correct,
     strict_reward,
@@ -270,3 +274,42 @@ def test_gpqa_a_rejected_option_mentioned_later_is_not_the_answer(completion: st
 
 def test_gpqa_bare_option_mention_is_no_answer() -> None:
     assert gpqa_letter("Option D fails and choice A too.") is None
+
+
+# --------------------------------------------------------------------------- judge timeouts
+
+TOWER = "9^{9^{9^{9^{9}}}}"  # math-verify gives up comparing it with an integer
+
+
+def test_a_timeout_is_a_verdict_that_says_so(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(scoring, "VERIFY_TIMEOUT", 1)
+    with caplog.at_level("WARNING", logger="harness.benchmarks.scoring"):
+        verdict = compare_math(TOWER, "1")
+    assert verdict == Verdict(equivalent=False, timed_out=True)
+    assert TOWER in caplog.text and "'1'" in caplog.text and "timed out" in caplog.text
+    assert judge_math(f"\\boxed{{{TOWER}}}", "1").timed_out
+    assert not math_correct(f"\\boxed{{{TOWER}}}", "1")  # still counted as not correct
+
+
+def test_a_timeout_is_said_from_a_worker_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From another thread the comparison runs in the worker process; its math-verify timeout comes back as one."""
+    monkeypatch.setattr(scoring, "VERIFY_TIMEOUT", 1)
+    out: list[Verdict] = []
+    worker = threading.Thread(target=lambda: out.append(compare_math(TOWER, "1")))
+    worker.start()
+    worker.join(timeout=120)
+    assert out == [Verdict(equivalent=False, timed_out=True)]
+
+
+def test_a_worker_that_does_not_answer_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scoring._VerifyWorker, "ask", lambda self, answer, target, timeout: None)
+    out: list[Verdict] = []
+    worker = threading.Thread(target=lambda: out.append(compare_math("25", "25")))
+    worker.start()
+    worker.join(timeout=120)
+    assert out == [Verdict(equivalent=False, timed_out=True)]
+
+
+@pytest.mark.parametrize(("answer", "target"), [("025", "25"), ("24", "25"), ("\\frac{1}{2}", "0.5"), ("abc", "abc")])
+def test_a_decided_comparison_has_no_timeout(answer: str, target: str) -> None:
+    assert not compare_math(answer, target).timed_out

@@ -1,22 +1,33 @@
 """Both SAAR arms generate the requests they have in common once (``-T share_prefix``).
 
 A request counts as common only when everything that decides its text is the same: context, seed,
-epoch and run. The provider here counts the calls that reach it and answers from the seed, as a
-seeded engine does; the end-to-end checks on real engines are in tests/test_seeds.py (in process)
-and tests/test_demo.py (vLLM).
+epoch, run and the model's weights. The provider here counts the calls that reach it and answers from
+the seed, as a seeded engine does; the end-to-end checks on real engines are in tests/test_seeds.py (in
+process) and tests/test_demo.py (vLLM). Two checkpoints under one name are told apart through the real
+providers: replay scripts, an OpenAI-compatible server on loopback (as vLLM reports what it serves) and
+the embedded model's adapters.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import threading
+import time
 from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from inspect_ai.model import (
     ChatMessage,
     ChatMessageUser,
     GenerateConfig,
+    Model,
     ModelAPI,
     ModelOutput,
     get_model,
@@ -24,10 +35,14 @@ from inspect_ai.model import (
 )
 from inspect_ai.tool import ToolChoice, ToolInfo
 
+from harness.engines.models import embedded_gguf_path
+from harness.evals import weights_identity as wi
 from harness.evals.convert import PYTHON_TOOL
 from harness.evals.shared_prefix import generate_shared
+from harness.evals.weights_identity import WeightsUnknownError, path_fingerprint, weights_identity
 
 CALLS: Counter[str] = Counter()
+ADAPTERS = Path(__file__).resolve().parents[1] / "harness" / "data" / "models"
 
 
 class SeededAPI(ModelAPI):
@@ -54,19 +69,28 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
+@pytest.fixture
+def weights(tmp_path: Path) -> Path:
+    """A checkpoint directory: the seeded provider's model is named by its path, as a local model is."""
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    (directory / "model.safetensors").write_bytes(b"weights A")
+    return directory
+
+
 def _ask(model, text: str, seed: int, share: str = "run-1", epoch: int = 1):  # type: ignore[no-untyped-def]
     return generate_shared(
         model,
         [ChatMessageUser(content=text)],
         tools=[PYTHON_TOOL],
-        config=GenerateConfig(seed=seed),
+        config=GenerateConfig(seed=seed, max_tokens=8),
         share=share,
         epoch=epoch,
     )
 
 
-async def test_a_request_both_arms_send_at_once_is_generated_once_and_read_by_the_other() -> None:
-    model = get_model("seeded-test/m", memoize=False)
+async def test_a_request_both_arms_send_at_once_is_generated_once_and_read_by_the_other(weights: Path) -> None:
+    model = get_model(f"seeded-test/{weights}", memoize=False)
     off, on = await asyncio.gather(_ask(model, "problem", 7), _ask(model, "problem", 7))
     assert off.completion == on.completion == "seed 7 after 'problem'"
     assert sum(CALLS.values()) == 1
@@ -81,16 +105,254 @@ async def test_a_request_both_arms_send_at_once_is_generated_once_and_read_by_th
         {"share": "run-2"},  # another run
     ],
 )
-async def test_a_request_that_differs_in_anything_is_generated_by_each(other: dict[str, object]) -> None:
-    model = get_model("seeded-test/m", memoize=False)
+async def test_a_request_that_differs_in_anything_is_generated_by_each(other: dict[str, object], weights: Path) -> None:
+    model = get_model(f"seeded-test/{weights}", memoize=False)
     first = {"text": "problem", "seed": 7, "share": "run-1", "epoch": 1}
     await _ask(model, **first)  # type: ignore[arg-type]
     await _ask(model, **{**first, **other})  # type: ignore[arg-type]
     assert sum(CALLS.values()) == 2
 
 
-async def test_arms_one_after_the_other_share_through_the_cache_directory(cache_dir: Path) -> None:
-    await _ask(get_model("seeded-test/m", memoize=False), "problem", 7)
-    again = await _ask(get_model("seeded-test/m", memoize=False), "problem", 7)
+async def test_arms_one_after_the_other_share_through_the_cache_directory(cache_dir: Path, weights: Path) -> None:
+    await _ask(get_model(f"seeded-test/{weights}", memoize=False), "problem", 7)
+    again = await _ask(get_model(f"seeded-test/{weights}", memoize=False), "problem", 7)
     assert again.completion == "seed 7 after 'problem'" and sum(CALLS.values()) == 1
     assert any(cache_dir.rglob("*")), "the shared generation is in the run's cache directory"
+
+
+async def test_a_model_named_by_its_path_retrained_in_place_generates_its_own(weights: Path) -> None:
+    await _ask(get_model(f"seeded-test/{weights}", memoize=False), "problem", 7)
+    (weights / "model.safetensors").write_bytes(b"weights B")  # retrained into the same directory
+    await _ask(get_model(f"seeded-test/{weights}", memoize=False), "problem", 7)
+    assert sum(CALLS.values()) == 2
+
+
+async def test_a_model_whose_weights_cannot_be_identified_is_refused_with_what_to_do() -> None:
+    model = get_model("seeded-test/m", memoize=False)
+    with pytest.raises(WeightsUnknownError, match=r"share_prefix cannot be used safely with model 'seeded-test/m'"):
+        await _ask(model, "problem", 7)
+    with pytest.raises(WeightsUnknownError, match="Run without share_prefix"):
+        await _ask(model, "problem", 7)
+    assert sum(CALLS.values()) == 0
+
+
+# --- replay scripts -------------------------------------------------------------------------------------------
+
+
+async def test_two_replay_scripts_at_one_path_never_read_each_others_generations(tmp_path: Path) -> None:
+    script = tmp_path / "task.yaml"
+    script.write_text("samples: []\ndefault: ['The answer is 1.']\n")
+    first = await _ask(get_model(f"replay/{script}", memoize=False), "problem", 7)
+    script.write_text("samples: []\ndefault: ['The answer is 2.']\n")  # another script written over the first
+    second = await _ask(get_model(f"replay/{script}", memoize=False), "problem", 7)
+    assert (first.completion, second.completion) == ("The answer is 1.", "The answer is 2.")
+
+
+# --- an OpenAI-compatible server, as vLLM and SGLang serve -----------------------------------------------------
+
+
+class Server:
+    """An OpenAI-compatible server on loopback: ``/v1/models`` lists ``cards`` (as vLLM does: ``id``, ``root``,
+    ``parent``); a completion's text is the content of the served checkpoint's weights file and the seed."""
+
+    def __init__(self, cards: list[dict[str, Any]], weights: Path | None = None) -> None:
+        self.cards, self.weights, self.completions = cards, weights, 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                now = int(time.time())
+                cards = [{"object": "model", "created": now, "owned_by": "vllm", **c} for c in server.cards]
+                self._send({"object": "list", "data": cards})
+
+            def do_POST(self) -> None:
+                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.completions += 1
+                text = f"{server.weights.read_text() if server.weights else 'hi'} seed {request.get('seed')}"
+                self._send(
+                    {
+                        "id": f"c{server.completions}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": request["model"],
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                        ],
+                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                    }
+                )
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.http.server_port}/v1"
+        threading.Thread(target=self.http.serve_forever, args=(0.05,), daemon=True).start()
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    servers: list[Server] = []
+
+    def start(cards: list[dict[str, Any]], weights: Path | None = None) -> Server:
+        servers.append(Server(cards, weights))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.http.shutdown()
+        server.http.server_close()
+
+
+async def test_a_checkpoint_retrained_in_place_and_served_again_never_reads_the_first(
+    serve: Any, weights: Path
+) -> None:
+    server = serve([{"id": str(weights), "root": str(weights), "parent": None}], weights / "model.safetensors")
+    first = await _ask(get_model(f"vllm/{weights}", base_url=server.url, memoize=False), "problem", 7)
+    (weights / "model.safetensors").write_bytes(b"weights B")  # retrained into the same directory, served again
+    second = await _ask(get_model(f"vllm/{weights}", base_url=server.url, memoize=False), "problem", 7)
+    assert (first.completion, second.completion) == ("weights A seed 7", "weights B seed 7")
+    assert server.completions == 2
+    again = await _ask(get_model(f"vllm/{weights}", base_url=server.url, memoize=False), "problem", 7)
+    assert again.completion == "weights B seed 7" and server.completions == 2, "the same weights still share"
+
+
+async def test_a_served_identity_is_its_root_and_its_parents(serve: Any, tmp_path: Path) -> None:
+    base, adapter = tmp_path / "base", tmp_path / "adapter"
+    for directory in (base, adapter):
+        directory.mkdir()
+        (directory / "weights.bin").write_bytes(b"1")
+    cards = [
+        {"id": "base", "root": str(base), "parent": None},
+        {"id": "tuned", "root": str(adapter), "parent": "base"},  # a LoRA adapter, as vLLM lists one
+    ]
+    server = serve(cards)
+
+    async def identity() -> str:
+        return await weights_identity(
+            get_model("openai-api/local/tuned", base_url=server.url, api_key="k", memoize=False)
+        )
+
+    seen = [await identity()]
+    (base / "weights.bin").write_bytes(b"2")
+    seen.append(await identity())
+    (adapter / "weights.bin").write_bytes(b"2")
+    seen.append(await identity())
+    cards[1]["root"] = "org/tuned-v2"  # a hub id: not readable here, told apart by name
+    seen.append(await identity())
+    assert len(set(seen)) == 4
+    assert await identity() == seen[-1]
+
+
+@pytest.mark.parametrize(
+    "cards",
+    [
+        [{"id": "gpt-x"}],  # what an API that names models but not weights lists
+        [{"id": "a", "root": "org/a"}, {"id": "b", "root": "org/b"}],  # the model is not served there
+    ],
+)
+async def test_a_server_that_does_not_say_which_weights_it_serves_is_refused(serve: Any, cards: list[Any]) -> None:
+    server = serve(cards)
+    model = get_model("openai-api/local/gpt-x", base_url=server.url, api_key="k", memoize=False)
+    with pytest.raises(WeightsUnknownError, match="openai-api/local/gpt-x"):
+        await _ask(model, "problem", 7)
+    assert server.completions == 0
+
+
+# --- the embedded model's adapters ----------------------------------------------------------------------------
+
+
+def _write_adapter(source: Path, target: Path) -> None:
+    target.mkdir(exist_ok=True)
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        shutil.copyfile(source / name, target / name)
+
+
+def test_an_embedded_adapters_identity_is_its_files_and_its_base(tmp_path: Path) -> None:
+    adapter = tmp_path / "adapter"
+    _write_adapter(ADAPTERS / "smollm2-tools-sft", adapter)
+    sft = wi.embedded_identity_parts(str(adapter), "torch.bfloat16")
+    assert wi.embedded_identity_parts(str(adapter), "torch.bfloat16") == sft
+    assert wi.embedded_identity_parts(str(adapter), "torch.float32") != sft
+    assert path_fingerprint(embedded_gguf_path()) in sft, "and the base it is merged into"
+    _write_adapter(ADAPTERS / "smollm2-tools", adapter)
+    assert wi.embedded_identity_parts(str(adapter), "torch.bfloat16") != sft
+
+
+@pytest.mark.slow
+async def test_an_adapter_retrained_into_the_same_directory_never_reads_the_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harness.evals import embedded
+
+    calls = Counter[str]()
+    generate = embedded.EmbeddedAPI.generate
+
+    async def counted(self: embedded.EmbeddedAPI, *args: Any, **kwargs: Any) -> Any:
+        calls[self.model_name] += 1
+        return await generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(embedded.EmbeddedAPI, "generate", counted)
+    adapter = tmp_path / "adapter"
+
+    def evaluation() -> Model:
+        """The model as a new ``inspect eval`` process loads it."""
+        monkeypatch.setattr(embedded, "_models", {})
+        return get_model(f"embedded/{adapter}", memoize=False)
+
+    _write_adapter(ADAPTERS / "smollm2-tools-sft", adapter)
+    await _ask(evaluation(), "What is 2+2?", 7)
+    await _ask(evaluation(), "What is 2+2?", 7)
+    assert calls[str(adapter)] == 1, "the same adapter shares its generation"
+    _write_adapter(ADAPTERS / "smollm2-tools", adapter)  # retrained into the same directory
+    await _ask(evaluation(), "What is 2+2?", 7)
+    assert calls[str(adapter)] == 2
+
+
+# --- the fingerprint of a checkpoint ----------------------------------------------------------------------------
+
+
+def test_a_directorys_fingerprint_changes_with_any_files_content_and_only_then(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "sub").mkdir(parents=True)
+    (ckpt / "config.json").write_text("{}")
+    (ckpt / "sub" / "weights.bin").write_bytes(b"aaaa")
+    first = path_fingerprint(ckpt)
+    assert path_fingerprint(ckpt) == first
+    (ckpt / ".lock").write_text("")  # hidden files (locks, download metadata) are no weights
+    assert path_fingerprint(ckpt) == first
+    shutil.copytree(ckpt, tmp_path / "copy")
+    assert path_fingerprint(tmp_path / "copy") == first, "a copy is the same checkpoint"
+    (ckpt / "sub" / "weights.bin").write_bytes(b"aaab")  # same size, other content
+    second = path_fingerprint(ckpt)
+    assert second != first
+    (ckpt / "sub" / "weights.bin").rename(ckpt / "weights.bin")
+    assert path_fingerprint(ckpt) not in (first, second)
+    with pytest.raises(FileNotFoundError):
+        path_fingerprint(tmp_path / "missing")
+
+
+def test_a_large_file_is_fingerprinted_by_its_ends_size_and_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wi, "LARGE_FILE_BYTES", 64)
+    monkeypatch.setattr(wi, "EDGE_BYTES", 8)
+    shard = tmp_path / "model-00001.safetensors"
+    shard.write_bytes(b"h" * 100)
+    os.utime(shard, ns=(1, 1))
+    first = path_fingerprint(tmp_path)
+    assert path_fingerprint(tmp_path) == first
+    shard.write_bytes(b"h" * 50 + b"x" + b"h" * 49)  # rewritten: the middle differs, and so does the time
+    os.utime(shard, ns=(2, 2))
+    assert path_fingerprint(tmp_path) != first
+    shard.write_bytes(b"h" * 99 + b"x")
+    os.utime(shard, ns=(1, 1))
+    assert path_fingerprint(tmp_path) != first

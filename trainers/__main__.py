@@ -4,8 +4,8 @@
   OpenRLHF command / Ray job;
 * ``train-cleaner [--recipe R] [--run NAME] [--resume]``: where CUDA and OpenRLHF are
   present, launch the default GPU recipe; elsewhere run the CPU embedded trainer;
-* ``prepare-data [--source S] --out F``: Open-AgentRL-30K (hub id or local path) as
-  OpenRLHF prompt JSONL;
+* ``prepare-data [--source S] [--prompt-template FILE] --out F``: Open-AgentRL-30K (hub id
+  or local path) as OpenRLHF prompt JSONL, prompts from the project's templates or FILE's;
 * ``plot <metrics.jsonl>``: redraw a run's plot;
 * ``warmup [--steps N ...]``: the cold-start tool-use SFT that builds ``embedded/smollm2-tools-sft``
   (:mod:`trainers.warmup.build`);
@@ -72,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", default="Gen-Verse/Open-AgentRL-30K")
     p.add_argument("--out", required=True)
     p.add_argument("--limit", type=int, default=None)
+    p.add_argument(
+        "--prompt-template",
+        default=None,
+        metavar="FILE",
+        help="a prompt template file (YAML or JSON, see docs/benchmarks.md); default: the project's",
+    )
     p = sub.add_parser("plot", help="draw metrics.jsonl as a PNG next to it")
     p.add_argument("metrics")
     p = sub.add_parser(
@@ -136,10 +142,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"metrics: {run_dir / 'metrics.jsonl'}\nplot: {run_dir / 'metrics.png'}")
             return 0
         if args.cmd == "prepare-data":
+            from harness.core.prompts import load_prompt_templates
             from trainers.core.data import export_openrlhf, load_open_agentrl
 
-            items = load_open_agentrl(args.source, limit=args.limit)
+            templates = load_prompt_templates(args.prompt_template)
+            items = load_open_agentrl(args.source, limit=args.limit, templates=templates)
             print(f"{export_openrlhf(items, args.out)}: {len(items)} prompts")
+            print(f"prompts: {templates.source} (sha256 {templates.sha256})")
             return 0
         if args.cmd == "warmup":
             from trainers.warmup.build import config_from_args, train

@@ -25,55 +25,84 @@ the same sampling (temperature 1.0, top_p 0.6) and limits (16 turns, 20480 respo
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from harness.core.problems import Kind, check_kind, rollout_config
 from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig, Similarity
+from harness.core.toolenv import ToolEnv, get_tool_env
+
+Judge = Literal["lenient", "reference"]
+JUDGES: tuple[Judge, ...] = ("lenient", "reference")
+
+#: Protocol fields whose unset value (None) is the tool environment's own.
+TOOL_ENV_FIELDS = ("similarity", "timeout", "output_chars")
 
 
 @dataclass(frozen=True)
 class EvalProtocol:
-    """What one task's evaluation measures (defaults: the harness's own, without a preset)."""
+    """What one task's evaluation measures (defaults: the harness's own, without a preset).
+
+    ``similarity``, ``timeout`` and ``output_chars`` left None take the tool environment's values
+    (:func:`resolve` fills them in, so a resolved protocol has every value).
+    """
 
     saar: bool = False  #: SAAR (rollback) at inference
     saar_prob: float = 1.0  #: probability that SAAR is on for a trajectory
     gamma: float = 0.5  #: similarity threshold between shallow and deep replacement
-    similarity: Similarity = "code"  #: "code" (the paper) or "call" (the reference's serialized call)
+    #: "code" (the two programs) or "call" (the two calls as written: the reference's); None: the tool env's
+    similarity: Similarity | None = None
     max_retries: int = 3  #: SAAR regenerations per failed call
     max_turns: int = 16  #: assistant turns per trajectory
-    max_total_tokens: int | None = None  #: generated tokens kept per trajectory (the response length)
-    timeout: float = 10.0  #: seconds per tool call
-    output_chars: int = 256  #: characters of tool output shown to the model
+    #: the response budget in tokens, counted as the tool environment says (generated, or every response token)
+    max_total_tokens: int | None = None
+    timeout: float | None = None  #: seconds per tool call (None: the tool env's)
+    output_chars: int | None = None  #: characters of tool output shown to the model (None: the tool env's)
     epochs: int = 1  #: samples per problem (pass@1 is their mean)
     temperature: float = 1.0
     top_p: float = 0.6
     max_tokens: int | None = None  #: tokens per generation (None: the provider's default)
     max_prompt_tokens: int | None = None  #: the reference's prompt limit; recorded, not enforced (ours are shorter)
+    tool_env: str = "project"  #: the tool environment (harness.core.toolenv): "project" or "reference"
+    judge: Judge = "lenient"  #: the reported accuracy: "lenient" (equivalence) or "reference" (the strict box)
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.max_turns < 1:
             raise ValueError(f"epochs and max_turns must be >= 1, got epochs={self.epochs}, max_turns={self.max_turns}")
+        get_tool_env(self.tool_env, "-T tool_env")
+        if self.judge not in JUDGES:
+            raise ValueError(f"-T judge={self.judge!r}: choose one of {', '.join(JUDGES)}")
         self.saar_config()  # validates the SAAR fields
+
+    @property
+    def env(self) -> ToolEnv:
+        return get_tool_env(self.tool_env)
+
+    def filled(self) -> EvalProtocol:
+        """This protocol with every field the tool environment decides set (``None`` becomes the env's)."""
+        env = self.env
+        return replace(self, **{f: getattr(env, f) for f in TOOL_ENV_FIELDS if getattr(self, f) is None})
 
     def saar_config(self) -> SaarConfig:
         return SaarConfig(
             enabled=self.saar,
             prob=self.saar_prob,
             gamma=self.gamma,
-            similarity=self.similarity,
+            similarity=self.similarity or self.env.similarity,
             max_retries=self.max_retries,
         )
 
     def rollout_config(self, kind: Kind) -> RolloutConfig:
         """The rollout configuration of this protocol for problems of ``kind``."""
+        full = self.filled()
         return rollout_config(
             kind,
-            max_turns=self.max_turns,
-            max_total_tokens=self.max_total_tokens,
-            timeout=self.timeout,
-            output_chars=self.output_chars,
-            saar=self.saar_config(),
+            max_turns=full.max_turns,
+            max_total_tokens=full.max_total_tokens,
+            timeout=full.timeout,
+            output_chars=full.output_chars,
+            saar=full.saar_config(),
+            tool_env=full.env,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -91,6 +120,8 @@ _PAPER = EvalProtocol(
     output_chars=256,
     temperature=1.0,
     top_p=0.6,
+    tool_env="reference",
+    judge="reference",
 )
 
 #: Named protocols, by problem kind.
@@ -126,4 +157,4 @@ def resolve(preset: str | None, kind: Kind, **given: Any) -> EvalProtocol:
     unknown = sorted(set(given) - set(PROTOCOL_FIELDS))
     if unknown:
         raise ValueError(f"not protocol settings: {unknown}; settings: {', '.join(PROTOCOL_FIELDS)}")
-    return replace(base, **{k: v for k, v in given.items() if v is not None})
+    return replace(base, **{k: v for k, v in given.items() if v is not None}).filled()

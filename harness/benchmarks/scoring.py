@@ -10,7 +10,9 @@ Two judges live here, on purpose side by side:
   strict box check, which the CLEANER recipe trains with: it looks only at the last
   :data:`STRICT_WINDOW` characters of the completion, takes the last ``\\boxed{`` there
   (nothing else: no ``\\fbox``, no ``\\boxed 5``) and compares its content with the target
-  as strings. ``\\boxed{025}`` against ``25`` scores -1 there.
+  as strings. ``\\boxed{025}`` against ``25`` scores -1 there. The reference also reports
+  its accuracy with this check, applied to the whole decoded response
+  (:func:`reference_verdict` over :func:`harness.core.response.response_text`).
 
 The light normalisation of :func:`strict_reward` is deliberately minimal (see
 :func:`strict_normalize`): it cleans the target (a dataset field) and leaves the box
@@ -23,14 +25,18 @@ wrappers around these functions. Code completions are graded in :mod:`harness.be
 from __future__ import annotations
 
 import json
+import logging
 import re
 import select
 import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from harness.core.problems import Kind
+
+logger = logging.getLogger(__name__)
 
 #: The strict reward sees only this many trailing characters of the completion: verl's
 #: ``math_dapo.compute_score`` keeps the last 300, and its strict box check the last 100 of those.
@@ -92,6 +98,21 @@ def extract_boxed(text: str | None) -> str | None:
 # --------------------------------------------------------------------------- math
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of one math comparison.
+
+    ``timed_out`` says that math-verify (or the backstop around its worker process) gave
+    up before it found the answer equivalent: the answer then counts as not equivalent,
+    but that "no" is the judge's silence, not a judgement. It is never set together with
+    ``equivalent``: a comparison that proves equivalence in one of its attempts is decided
+    whatever another attempt did.
+    """
+
+    equivalent: bool
+    timed_out: bool = False
+
+
 class _VerifyWorker:
     """The :mod:`harness.benchmarks.verify_worker` child: comparisons from threads other than the main one go there."""
 
@@ -140,8 +161,12 @@ _worker_lock = threading.Lock()
 _worker: _VerifyWorker | None = None
 
 
-def _equivalent_in_worker(answer: str, target: str) -> bool:
-    """:func:`_equivalent` in the worker process, killed (and restarted next time) when it does not answer."""
+def _equivalent_in_worker(answer: str, target: str) -> Verdict:
+    """:func:`_equivalent` in the worker process, killed (and restarted next time) when it does not answer.
+
+    A worker that does not answer in time is a timeout; a comparison that raised in the
+    worker is logged and counts as not equivalent (not as a timeout).
+    """
     global _worker
     with _worker_lock:  # one comparison at a time per process: the worker answers in order
         if _worker is None or _worker.proc.poll() is not None:
@@ -151,8 +176,10 @@ def _equivalent_in_worker(answer: str, target: str) -> bool:
         if reply is None:
             _worker.kill()
             _worker = None
-            return False
-    return bool(reply.get("equivalent", False))
+            return Verdict(False, timed_out=True)
+    if "error" in reply:
+        logger.warning("math-verify failed comparing answer %r with target %r: %s", answer, target, reply["error"])
+    return Verdict(bool(reply.get("equivalent", False)), timed_out=bool(reply.get("timed_out", False)))
 
 
 def _as_latex_box(content: str) -> str:
@@ -166,30 +193,104 @@ def _gold_text(target: str) -> str:
     return f"${target}$"
 
 
-def _equivalent(answer: str, target: str, timeout: int | None) -> bool:
-    from math_verify import parse, verify
+def _misuse_from_a_thread(exc: BaseException) -> bool:
+    """Whether ``exc`` is math-verify refusing to run its SIGALRM timeouts outside the main thread."""
+    return isinstance(exc, ValueError) and "signal only works in main thread" in str(exc.__cause__ or exc)
 
-    gold = parse(_gold_text(target), parsing_timeout=timeout)
-    pred = parse(_as_latex_box(answer.strip()), parsing_timeout=timeout)
+
+def _parse(text: str, timeout: int | None) -> tuple[list, bool]:
+    """math-verify's ``parse`` of ``text`` and whether it timed out.
+
+    Exactly ``parse(text, parsing_timeout=timeout)``, which answers ``[]`` on any failure,
+    a timeout included; ``raise_on_error`` only lets a timeout be told apart from the rest.
+    """
+    from math_verify import parse
+    from math_verify.errors import TimeoutException
+
+    try:
+        return parse(text, parsing_timeout=timeout, raise_on_error=True), False
+    except TimeoutException:
+        return [], True
+    except Exception as exc:  # noqa: BLE001 - parse without raise_on_error answers [] for every error
+        if _misuse_from_a_thread(exc):
+            raise
+        return [], False
+
+
+def _verify(gold: list, pred: list, timeout: int | None) -> tuple[bool, bool]:
+    """math-verify's ``verify(gold, pred)`` and whether one of its comparisons timed out.
+
+    ``verify`` tries every (gold, prediction) pair, each under its own timeout, and is
+    true when one pair matches; a pair that fails or times out counts as no match. The
+    pairs are tried here one at a time, in the same order, so that a timeout is seen.
+    """
+    from itertools import product
+
+    from math_verify import verify
+    from math_verify.errors import TimeoutException
+
+    timed_out = False
+    for g, p in product(gold, pred):
+        try:
+            if verify(g, p, timeout_seconds=timeout, raise_on_error=True):
+                return True, False
+        except TimeoutException:
+            timed_out = True
+        except Exception as exc:  # noqa: BLE001 - verify without raise_on_error counts an error as no match
+            if _misuse_from_a_thread(exc):
+                raise
+    return False, timed_out
+
+
+def _equivalent(answer: str, target: str, timeout: int | None) -> Verdict:
+    """One comparison in this thread, which must be the main one when ``timeout`` is set (SIGALRM)."""
+    gold, gold_timed_out = _parse(_gold_text(target), timeout)
+    pred, pred_timed_out = _parse(_as_latex_box(answer.strip()), timeout)
     if not gold or not pred:
         # Neither side parsed into mathematics: fall back to a plain string comparison.
-        return answer.strip() == str(target).strip() and bool(answer.strip())
-    return bool(verify(gold, pred, timeout_seconds=timeout))
+        same = answer.strip() == str(target).strip() and bool(answer.strip())
+        return Verdict(same, timed_out=not same and (gold_timed_out or pred_timed_out))
+    equivalent, timed_out = _verify(gold, pred, timeout)
+    return Verdict(equivalent, timed_out=timed_out)
 
 
-def math_equivalent(answer: str, target: str) -> bool:
-    """Whether the LaTeX/plain ``answer`` is mathematically equivalent to ``target``.
+def compare_math(answer: str, target: str) -> Verdict:
+    """Whether the LaTeX/plain ``answer`` is mathematically equivalent to ``target``, and whether the judge gave up.
 
     Bounded in every thread: math-verify's own timeouts use SIGALRM, which works only in
     the main thread, so from any other thread (a Ray actor, a thread pool) the comparison
     runs in the main thread of a worker process (:mod:`harness.benchmarks.verify_worker`), where those
     timeouts work; should the worker still not answer, it is killed. Either way the answer
-    then counts as not equivalent. A pathological answer such as ``9^{9^{9^{9^{9}}}}``
-    holds the GIL while sympy works on it, so a thread could not be abandoned instead.
+    then counts as not equivalent, with ``timed_out`` set, and a warning names the answer
+    and the target. A pathological answer such as ``9^{9^{9^{9^{9}}}}`` holds the GIL while
+    sympy works on it, so a thread could not be abandoned instead.
     """
     if threading.current_thread() is threading.main_thread():
-        return _equivalent(answer, target, VERIFY_TIMEOUT)
-    return _equivalent_in_worker(answer, target)
+        verdict = _equivalent(answer, target, VERIFY_TIMEOUT)
+    else:
+        verdict = _equivalent_in_worker(answer, target)
+    if verdict.timed_out:
+        logger.warning(
+            "math-verify timed out comparing answer %r with target %r: counted as not equivalent", answer, target
+        )
+    return verdict
+
+
+def math_equivalent(answer: str, target: str) -> bool:
+    """Whether the LaTeX/plain ``answer`` is mathematically equivalent to ``target`` (:func:`compare_math`)."""
+    return compare_math(answer, target).equivalent
+
+
+def judge_math(completion: str | None, target: str) -> Verdict:
+    """Evaluation judge for math, with the timeout said: is the last box of ``completion`` equivalent to ``target``?
+
+    Only the last box counts (several boxes: the last wins; no box: wrong, and no timeout).
+    The comparison is math-verify's (:func:`compare_math`).
+    """
+    answer = extract_boxed(completion)
+    if answer is None or not answer.strip():
+        return Verdict(False)
+    return compare_math(answer, target)
 
 
 def math_correct(completion: str | None, target: str) -> bool:
@@ -198,11 +299,9 @@ def math_correct(completion: str | None, target: str) -> bool:
     Only the last box counts (several boxes: the last wins; no box: wrong). The
     comparison is math-verify's: ``\\boxed{025}`` and ``\\boxed{1,000}`` are right
     for ``25`` and ``1000``; ``\\boxed{0.5}`` is right for ``\\frac{1}{2}``.
+    A comparison that timed out is not right (:func:`judge_math` says it timed out).
     """
-    answer = extract_boxed(completion)
-    if answer is None or not answer.strip():
-        return False
-    return math_equivalent(answer, target)
+    return judge_math(completion, target).equivalent
 
 
 # --------------------------------------------------------------------------- gpqa
@@ -310,12 +409,33 @@ def strict_reward(completion: str | None, target: str) -> float:
     normalised (:func:`strict_normalize`). Works for math answers and for GPQA letters
     (``\\boxed{C}`` against ``C``).
     """
-    if not completion:
-        return -1.0
-    answer = strict_box(completion[-STRICT_WINDOW:])
+    answer = reference_answer(completion)
     if answer is None:
         return -1.0
     return 1.0 if answer == strict_normalize(target) else -1.0
+
+
+def reference_answer(text: str | None) -> str | None:
+    """The answer the strict check reads: :func:`strict_box` over the last :data:`STRICT_WINDOW` characters."""
+    if not text:
+        return None
+    return strict_box(text[-STRICT_WINDOW:])
+
+
+def reference_verdict(response: str | None, target: str, kind: Kind) -> bool:
+    """The reference's accuracy judgement of a whole response: :func:`strict_reward` is +1.
+
+    The reference reports accuracy with its training reward (the ``acc`` of verl's
+    ``math_dapo.compute_score(..., strict_box_verify=True)``, called by the recipe's
+    ``compute_score_outcome_reward`` for every data source without ``code`` in its name),
+    applied to the whole decoded response: every assistant turn and the tool results
+    between them (:func:`harness.core.response.response_text` builds that text). GPQA is
+    judged by the same rule, the target being the correct letter: ``\\boxed{C}`` for ``C``.
+    Code is graded by running it (:mod:`harness.benchmarks.lcb`), not here.
+    """
+    if kind not in ("math", "gpqa"):
+        raise ValueError(f"reference_verdict: kind must be 'math' or 'gpqa', got {kind!r} (code is run, not read)")
+    return strict_reward(response, target) > 0
 
 
 def lenient_reward(completion: str | None, target: str, kind: Kind = "math") -> float:

@@ -7,8 +7,9 @@ process if it does not answer in time. A plain child interpreter (not multiproce
 so that no caller's ``__main__`` is re-imported in it.
 
 Protocol: one JSON object per line on stdin, ``{"answer": str, "target": str, "timeout": int}``;
-one per line on stdout, ``{"equivalent": bool}`` or ``{"error": str}``. The first line
-written is ``{"ready": true}``, once math-verify is imported.
+one per line on stdout, ``{"equivalent": bool, "timed_out": bool}`` (``timed_out``: math-verify
+gave up before it found the answer equivalent, see :class:`harness.benchmarks.scoring.Verdict`)
+or ``{"error": str}``. The first line written is ``{"ready": true}``, once math-verify is imported.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ def main() -> int:
     for line in sys.stdin:
         try:
             request = json.loads(line)
-            reply = {"equivalent": _equivalent(request["answer"], request["target"], request["timeout"])}
-        except Exception as exc:  # noqa: BLE001 - any failure is reported to the caller, which counts it as wrong
+            verdict = _equivalent(request["answer"], request["target"], request["timeout"])
+            reply = {"equivalent": verdict.equivalent, "timed_out": verdict.timed_out}
+        except Exception as exc:  # noqa: BLE001 - any failure is reported to the caller, which logs it and counts it as wrong
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         print(json.dumps(reply), flush=True)
     return 0

@@ -19,7 +19,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from harness.core.messages import Message, to_openai
-from harness.core.protocol import CALL_CLOSE, TOOL_DESCRIPTION, TOOL_NAME, TOOL_SCHEMA, serialize_call
+from harness.core.protocol import CALL_CLOSE, serialize_call
+from harness.core.toolenv import PROJECT, ToolEnv
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -30,15 +31,15 @@ END_OF_TURN_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "
 _TOOLS_IN_TEMPLATE = re.compile(r"\btools\b|\btool_calls\b")
 
 
-def tool_system_prompt() -> str:
+def tool_system_prompt(env: ToolEnv = PROJECT) -> str:
     """How to call the python tool, for models whose chat template has no tool support.
 
     The Inspect face may put this into its system message; :func:`render` adds it only
     when it is not already there.
     """
-    example = serialize_call("import math\nprint(math.comb(10, 3))")
+    example = serialize_call("import math\nprint(math.comb(10, 3))", env.tool_name)
     return (
-        f"You can run Python code with the tool `{TOOL_NAME}`. {TOOL_DESCRIPTION}\n\n"
+        f"You can run Python code with the tool `{env.tool_name}`. {env.description}\n\n"
         "To call the tool, end your message with one call in exactly this form:\n"
         f"{example}\n"
         "The code is a JSON string, so write newlines as \\n and escape quotes. "
@@ -66,7 +67,7 @@ def supports_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 
 def conversation(
-    tokenizer: PreTrainedTokenizerBase, messages: list[Message], *, tools: bool = True
+    tokenizer: PreTrainedTokenizerBase, messages: list[Message], *, tools: bool = True, env: ToolEnv = PROJECT
 ) -> tuple[list[dict[str, Any]], bool]:
     """The OpenAI-style messages handed to the template, and whether tools are passed natively.
 
@@ -79,7 +80,7 @@ def conversation(
     conv = to_openai(messages, inline_calls=True)
     if not tools:
         return conv, False
-    prompt = tool_system_prompt()
+    prompt = tool_system_prompt(env)
     if conv[0]["role"] == "system":
         content = conv[0]["content"]
         if prompt not in content:
@@ -95,14 +96,16 @@ def render(
     *,
     add_generation_prompt: bool = True,
     tools: bool = True,
+    env: ToolEnv = PROJECT,
 ) -> str:
     """The prompt text of ``messages`` under the model's own chat template.
 
     With ``add_generation_prompt`` the text ends where the next assistant turn begins.
-    ``tools=False`` renders without the python tool's description (for tool-less prompts).
+    ``tools=False`` renders without the python tool's description (for tool-less prompts);
+    ``env`` is the tool environment whose schema is shown.
     """
-    conv, native = conversation(tokenizer, messages, tools=tools)
-    kwargs: dict[str, Any] = {"tools": [TOOL_SCHEMA]} if native else {}
+    conv, native = conversation(tokenizer, messages, tools=tools, env=env)
+    kwargs: dict[str, Any] = {"tools": [env.schema()]} if native else {}
     text = tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
     if not isinstance(text, str):  # some tokenizers return a list for batched input
         raise TypeError(f"chat template returned {type(text).__name__}, expected str")
@@ -115,10 +118,28 @@ def render_ids(
     *,
     add_generation_prompt: bool = True,
     tools: bool = True,
+    env: ToolEnv = PROJECT,
 ) -> list[int]:
     """The token ids of :func:`render`'s text (special tokens come from the template, none are added)."""
-    text = render(tokenizer, messages, add_generation_prompt=add_generation_prompt, tools=tools)
+    text = render(tokenizer, messages, add_generation_prompt=add_generation_prompt, tools=tools, env=env)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def tool_result_tokens(tokenizer: PreTrainedTokenizerBase, content: str) -> int:
+    """Tokens a tool result adds to a response under the model's chat template.
+
+    What the template writes after an assistant turn for a tool result holding ``content``, up to and
+    including the opening of the next assistant turn (Qwen: ``<|im_start|>user\n<tool_response>\n...
+    </tool_response><|im_end|>\n<|im_start|>assistant\n``): what Open-CLEANER's agent loop appends to
+    the response, and counts in its response budget, for a tool result.
+    """
+    before = [Message("user", "?"), Message("assistant", "!")]
+    after = [*before, Message("tool", content)]  # no call id: rendered as Qwen renders a tool result
+    head = render_ids(tokenizer, before, add_generation_prompt=False, tools=False)
+    whole = render_ids(tokenizer, after, add_generation_prompt=True, tools=False)
+    if whole[: len(head)] != head:
+        raise ValueError("the chat template renders a tool result by changing the turns before it; cannot count it")
+    return len(whole) - len(head)
 
 
 def stop_strings(tokenizer: PreTrainedTokenizerBase | None = None) -> list[str]:

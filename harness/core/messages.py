@@ -56,7 +56,7 @@ class Message:
         if self.role != "assistant" or self.call is None:
             return self.content
         sep = "" if not self.content or self.content.endswith("\n") else "\n"
-        return f"{self.content}{sep}{serialize_call(self.call.code)}"
+        return f"{self.content}{sep}{serialize_call(self.call.code, self.call.name)}"
 
     @property
     def content_before_call(self) -> str:
@@ -155,7 +155,7 @@ def to_openai(messages: list[Message], *, inline_calls: bool = False) -> list[di
                         {
                             "id": m.call.id,
                             "type": "function",
-                            "function": {"name": TOOL_NAME, "arguments": m.call.arguments()},
+                            "function": {"name": m.call.name, "arguments": m.call.arguments()},
                         }
                     ],
                 }

@@ -1,4 +1,4 @@
-"""The tool-call protocol: one ``python`` tool taking ``code``, in the Hermes form.
+"""The tool-call protocol: one python tool taking ``code``, in the Hermes form.
 
 A call is written by the model as::
 
@@ -6,12 +6,16 @@ A call is written by the model as::
     {"name": "python", "arguments": {"code": "print(1 + 1)"}}
     </tool_call>
 
-This module is the only place that knows that form. It is lenient in what it
-accepts (``code_interpreter`` as the name, arguments as a JSON string, a fenced
-``json`` block, optionally a fenced ``python`` block) and strict in what it executes:
-a call must name the tool and carry a string ``code``, and only the first call of
-a turn runs. A malformed call becomes a :class:`ParsedTurn` with ``error`` set,
-which the rollout answers with a tool error instead of crashing.
+This module is the only place that knows that form, and the one place that frames a result
+for the model. What a call may look like, how it is read and how its result is shown depend on
+the tool environment (:class:`~harness.core.toolenv.ToolEnv`); every function takes one and
+defaults to the ``project`` profile. Under ``project`` it is lenient in what it accepts
+(any of the profile's tool names, arguments as a JSON string, a fenced ``json`` block, optionally
+a fenced ``python`` block) and strict in what it executes: a call must name the tool and carry a
+string ``code``, and only the first call of a turn runs. A malformed call becomes a
+:class:`ParsedTurn` with ``error`` set, which the rollout answers with a tool error instead of
+crashing. Under ``reference`` only ``<tool_call>`` tags are read, their JSON is repaired, and a
+call that still cannot be read is no call.
 """
 
 from __future__ import annotations
@@ -21,29 +25,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-TOOL_NAME = "python"
-TOOL_ALIASES = frozenset({"python", "code_interpreter", "python_interpreter", "run_python"})
+from harness.core.toolenv import PROJECT, ToolEnv
+from sandboxes.base import TIMEOUT
+
+TOOL_NAME = PROJECT.tool_name
+TOOL_ALIASES = frozenset(PROJECT.aliases)
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-
-TOOL_DESCRIPTION = (
-    "Execute a Python 3 program and return what it prints. Each call runs in a fresh "
-    "interpreter: variables do not persist between calls, so print what you need. "
-    "numpy and sympy are available."
-)
-
-#: The JSON schema of the tool, as chat templates with tool support expect it.
-TOOL_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": TOOL_NAME,
-        "description": TOOL_DESCRIPTION,
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The Python program to run."}},
-            "required": ["code"],
-        },
-    },
-}
+TOOL_DESCRIPTION = PROJECT.description
+#: The JSON schema of the project's tool, as chat templates with tool support expect it.
+TOOL_SCHEMA: dict[str, Any] = PROJECT.schema()
 
 _FENCE = re.compile(r"```(?P<lang>[A-Za-z0-9_+-]*)[ \t]*\n(?P<body>.*?)```", re.DOTALL)
 
@@ -91,7 +81,7 @@ def serialize_object(call: dict[str, Any]) -> str:
     return f"{CALL_OPEN}\n{json.dumps(call, ensure_ascii=False)}\n{CALL_CLOSE}"
 
 
-def _call_from_json(text: str, raw: str, call_id: str) -> tuple[ToolCall | None, str | None]:
+def _call_from_json(text: str, raw: str, call_id: str, env: ToolEnv = PROJECT) -> tuple[ToolCall | None, str | None]:
     """Validate a JSON call object; return the call or a message saying what is wrong."""
     body = text.strip()
     fence = _FENCE.fullmatch(body)
@@ -104,8 +94,8 @@ def _call_from_json(text: str, raw: str, call_id: str) -> tuple[ToolCall | None,
     if not isinstance(obj, dict):
         return None, "the tool call must be a JSON object with 'name' and 'arguments'"
     name = obj.get("name")
-    if name not in TOOL_ALIASES:
-        return None, f"unknown tool {name!r}; the only tool is {TOOL_NAME!r}"
+    if name not in env.aliases:
+        return None, f"unknown tool {name!r}; the only tool is {env.tool_name!r}"
     args = obj.get("arguments", obj.get("parameters"))
     if isinstance(args, str):
         try:
@@ -116,37 +106,75 @@ def _call_from_json(text: str, raw: str, call_id: str) -> tuple[ToolCall | None,
         return None, "the tool call needs 'arguments' with a string field 'code'"
     if not args["code"].strip():
         return None, "the tool call's 'code' is empty"
-    return ToolCall(code=args["code"], raw=raw, id=call_id), None
+    return ToolCall(code=args["code"], raw=raw, id=call_id, name=env.tool_name), None
 
 
-def parse_turn(text: str, *, accept_python_fence: bool = True, call_id: str = "call_0") -> ParsedTurn:
+def _repaired_call(text: str, raw: str, call_id: str, env: ToolEnv) -> tuple[ToolCall | None, str | None] | None:
+    """A call read as Open-CLEANER reads one (verl's Hermes parser, ``tool_parser.py`` lines 76-107, then
+    ``tool_agent_loop.py``'s ``_call_tool``, commit 91e40ad); None when there is no call to read.
+
+    The JSON is repaired (json_repair); a value that is not an object with ``name`` and ``arguments`` is
+    no call. A call of another tool, or whose arguments are not an object, is a failed call
+    (:data:`REFERENCE_FORMAT_ERROR`); arguments without ``code`` run an empty program.
+    """
+    import json_repair
+
+    try:
+        obj = json_repair.loads(text)
+        name, args = obj["name"], obj["arguments"]
+    except Exception:  # json_repair's own errors, a str or list value, a missing key: the parser drops the call
+        return None
+    if name != env.tool_name or not isinstance(args, dict):
+        return None, REFERENCE_FORMAT_ERROR
+    code = args.get("code", "")
+    return ToolCall(code=code if isinstance(code, str) else str(code), raw=raw, id=call_id, name=env.tool_name), None
+
+
+def parse_turn(
+    text: str, *, accept_python_fence: bool = True, call_id: str = "call_0", env: ToolEnv = PROJECT
+) -> ParsedTurn:
     """Split an assistant message into reasoning and (at most) one executable call.
 
-    Order of precedence: Hermes ``<tool_call>`` tags, then a fenced ``json`` block
-    holding a call object, then (when ``accept_python_fence``) the first fenced
-    ``python`` block. Text with none of these is a turn without a call (an answer).
+    Order of precedence: Hermes ``<tool_call>`` tags, then (``project`` only) a fenced ``json``
+    block holding a call object, then (``project`` and ``accept_python_fence``) the first fenced
+    ``python`` block. Text with none of these is a turn without a call (an answer). Under a profile
+    that repairs calls (``reference``: :func:`_repaired_call`), only the first complete pair of tags is
+    read, and a call that cannot be read makes a turn without a call, its text as written.
     """
     start = text.find(CALL_OPEN)
+    if env.parse == "repair":
+        end = text.find(CALL_CLOSE, start)
+        if start < 0 or end < 0:  # both tags or no call
+            return ParsedTurn(text)
+        # the call as the reference's SAAR compares it: from its opening tag to the end of the turn
+        read = _repaired_call(text[start + len(CALL_OPEN) : end], text[start:], call_id, env)
+        if read is None:
+            return ParsedTurn(text, meta={"unread_call": text[start : end + len(CALL_CLOSE)]})
+        rest = text[end + len(CALL_CLOSE) :]
+        return ParsedTurn(text[:start], read[0], read[1], "hermes", extra_calls=rest.count(CALL_OPEN))
     if start >= 0:
         reasoning = text[:start]
         end = text.find(CALL_CLOSE, start)
         inner = text[start + len(CALL_OPEN) : end if end >= 0 else len(text)]
         raw = text[start : end + len(CALL_CLOSE)] if end >= 0 else text[start:]
         rest = text[end + len(CALL_CLOSE) :] if end >= 0 else ""
-        call, error = _call_from_json(inner, raw, call_id)
+        call, error = _call_from_json(inner, raw, call_id, env)
         if end < 0 and call is None:
             error = f"{error}; the call is also missing its closing {CALL_CLOSE}"
         return ParsedTurn(reasoning, call, error, "hermes", extra_calls=rest.count(CALL_OPEN))
+    if not env.fenced_calls:
+        return ParsedTurn(text)
 
     for match in _FENCE.finditer(text):
         lang = match.group("lang").lower()
         if lang == "json" and re.search(r'"name"\s*:', match.group("body")):
-            call, error = _call_from_json(match.group("body"), match.group(0), call_id)
+            call, error = _call_from_json(match.group("body"), match.group(0), call_id, env)
             return ParsedTurn(text[: match.start()], call, error, "json_fence")
         if accept_python_fence and lang in ("python", "py", "python3"):
             code = match.group("body")
             if code.strip():
-                return ParsedTurn(text[: match.start()], ToolCall(code, match.group(0), call_id), None, "python_fence")
+                call = ToolCall(code, match.group(0), call_id, env.tool_name)
+                return ParsedTurn(text[: match.start()], call, None, "python_fence")
     return ParsedTurn(text)
 
 
@@ -207,11 +235,35 @@ def as_data(text: str) -> str:
     return _CONTROL.sub("<" + NEUTRAL_MARK, text)
 
 
-def format_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | None, limit: int = 256) -> str:
+#: Characters of stdout and of stderr a ``reference`` result keeps before it is framed (code-judge's
+#: ``MAX_STDOUT_ERROR_LENGTH``: the first ones, no marker).
+REFERENCE_STREAM_CHARS = 1000
+#: The marker of a ``reference`` result cut in the middle (verl's agent loop, ``tool_response_truncate_side``).
+REFERENCE_CUT = "...(truncated)..."
+#: code-judge's ``reason`` of a run it ended at its time limit; every other failure's reason is empty.
+REFERENCE_TIMEOUT_REASON = "worker_timeout"
+#: What Open-CLEANER's agent loop answers a parsed call it cannot execute (a wrong name, arguments not an object).
+REFERENCE_FORMAT_ERROR = (
+    "Tool call failure: tool call format is wrong, please make sure to generate correct json-format "
+    "tool call arguments."
+)
+
+
+def format_result(
+    *,
+    ok: bool,
+    stdout: str,
+    stderr: str,
+    error_kind: str | None,
+    limit: int = 256,
+    env: ToolEnv = PROJECT,
+) -> str:
     """The text the model sees for one execution (identical in evaluation and training).
 
-    The program's output is data (:func:`as_data`), neutralized after the middle cut.
+    The program's output is data (:func:`as_data`), neutralized after the cut.
     """
+    if env.framing == "reference":
+        return _reference_result(ok=ok, stdout=stdout, stderr=stderr, error_kind=error_kind, limit=limit)
     if ok:
         out = stdout if not stderr.strip() else f"{stdout}\n[stderr]\n{stderr}"
         return as_data(truncate_middle(out, limit)) if out.strip() else "(no output; use print() to show values)"
@@ -221,14 +273,47 @@ def format_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | None,
     return "Error:\n" + as_data(truncate_middle(detail, limit))
 
 
-def format_call_error(message: str) -> str:
+def _reference_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | None, limit: int) -> str:
+    """Open-CLEANER's framing (``recipe/cleaner/code_judge_utils.py``, lines 143-162, commit 91e40ad).
+
+    ``Tool call success`` or ``Tool call failure`` and a ``reason:`` line that is always there, then
+    ``stdout:`` and ``stderr:`` lines for the streams that are not empty, joined by newlines, each
+    stream as printed (cut to its first :data:`REFERENCE_STREAM_CHARS` characters). A text longer
+    than ``limit`` keeps its first and last ``limit // 2`` characters around :data:`REFERENCE_CUT`.
+    """
+    parts = ["Tool call success"] if ok else ["Tool call failure", f"reason: {_reference_reason(error_kind, TIMEOUT)}"]
+    if stdout:
+        parts.append(f"stdout: {stdout[:REFERENCE_STREAM_CHARS]}")
+    if stderr:
+        parts.append(f"stderr: {stderr[:REFERENCE_STREAM_CHARS]}")
+    text = "\n".join(parts)
+    if 0 < limit < len(text):
+        half = limit // 2
+        text = f"{text[:half]}{REFERENCE_CUT}{text[-half:]}"
+    return as_data(text)
+
+
+def _reference_reason(error_kind: str | None, timeout_kind: str) -> str:
+    return REFERENCE_TIMEOUT_REASON if error_kind == timeout_kind else ""
+
+
+def format_call_error(message: str, env: ToolEnv = PROJECT) -> str:
     """The tool response to a call that could not be executed at all (``message`` is data; the form shown is not)."""
+    if env.framing == "reference":
+        return REFERENCE_FORMAT_ERROR
     return (
         f"Error: malformed tool call: {as_data(message)}. Call the tool as "
-        f'{CALL_OPEN}{{"name": "{TOOL_NAME}", "arguments": {{"code": "..."}}}}{CALL_CLOSE}'
+        f'{CALL_OPEN}{{"name": "{env.tool_name}", "arguments": {{"code": "..."}}}}{CALL_CLOSE}'
     )
 
 
-def retry_note(attempts: int) -> str:
-    """Appended to the error of a turn whose SAAR retries are exhausted."""
+def retry_note(attempts: int, env: ToolEnv = PROJECT, retries: int | None = None) -> str:
+    """Appended to the error of a turn whose SAAR retries are exhausted (``attempts`` calls, ``retries`` of them
+    regenerations)."""
+    if env.framing == "reference":  # tool_agent_loop.py, _handle_max_retry_exceeded: counts the retries
+        return (
+            f"\n\nNote: This approach has been attempted {retries if retries is not None else attempts - 1} times "
+            "with the same type of error. Consider trying a different algorithm, method, or approach to solve "
+            "this problem."
+        )
     return f"\n\nNote: this approach has failed {attempts} times. Try a different method instead of repeating it."

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from harness.core import protocol, seeds
+from harness.core import echo_runner, protocol, seeds
 from harness.core.messages import Generation, Message
 from harness.core.metrics import TrajectoryMetrics
 from harness.core.saar import SaarConfig, SaarEvent, Spans, no_spans, rollback
-from sandboxes.base import ExecResult, Sandbox, SandboxError
+from harness.core.toolenv import PROJECT, ToolEnv
+from sandboxes.base import NONZERO_EXIT, ExecResult, Sandbox, SandboxError
 
 StopReason = Literal["answer", "max_turns", "length", "token_budget", "running"]
 
@@ -29,19 +31,34 @@ class Generate(Protocol):
 
     ``seed`` is None when the trajectory has no seed (the provider's own randomness);
     otherwise it is :func:`harness.core.seeds.generation_seed` of the turn and SAAR retry.
+    Under a ``response`` budget (:class:`~harness.core.toolenv.ToolEnv`) the loop also passes
+    ``max_tokens``, the tokens left in the budget, which the generation must not exceed; otherwise
+    it is not passed.
     """
 
     async def __call__(self, context: list[Message], *, seed: int | None = None) -> Generation: ...
 
 
+#: Tokens a tool result adds to the response, as the model's chat template renders it
+#: (:func:`harness.core.chat.tool_result_tokens`); what a ``response`` budget counts besides generated tokens.
+CountTokens = Callable[[str], int]
+
+
 @dataclass(frozen=True)
 class RolloutConfig:
     max_turns: int = 16  #: assistant turns kept in the trajectory (CLEANER: 16)
-    max_total_tokens: int | None = None  #: budget of generated tokens kept in the trajectory
-    timeout: float = 10.0  #: seconds per tool call
-    output_chars: int = 256  #: characters of tool output shown to the model (middle cut)
+    #: the trajectory's token budget: generated tokens kept, or every response token (``tool_env.budget``)
+    max_total_tokens: int | None = None
+    timeout: float = PROJECT.timeout  #: seconds per tool call
+    output_chars: int = PROJECT.output_chars  #: characters of tool output shown to the model (middle cut)
     accept_python_fence: bool = True  #: a bare ```python block is a call; set by harness.core.problems (off for code)
     saar: SaarConfig = field(default_factory=SaarConfig)
+    tool_env: ToolEnv = PROJECT  #: the tool's schema, call parsing, execution and result framing
+
+    @property
+    def response_budget(self) -> bool:
+        """Whether ``max_total_tokens`` counts every response token and caps each generation."""
+        return self.tool_env.budget == "response" and self.max_total_tokens is not None
 
 
 @dataclass
@@ -58,13 +75,18 @@ class Trajectory:
     tokens_generated: int  #: every generated token, discarded regenerations included
     tokens_kept: int  #: generated tokens of the turns that remain
     seed: int | None = None  #: the trajectory seed its generation seeds derive from (None: unseeded)
+    response_tokens: int = 0  #: tokens of the response as a ``response`` budget counts them (0 otherwise)
 
     @property
     def final_text(self) -> str:
-        """The content of the last assistant message (where the answer is looked for)."""
+        """The answer: the last assistant turn, when it attempted no call.
+
+        A trajectory stopped by a limit in a turn that still holds a call has no answer: that turn
+        asked for a program to run, and what it wrote around the call is not its final word.
+        """
         for m in reversed(self.messages):
             if m.role == "assistant":
-                return m.text
+                return "" if m.call is not None or m.call_error is not None else m.text
         return ""
 
     def metrics(self) -> TrajectoryMetrics:
@@ -96,8 +118,15 @@ class RolloutState:
         saar_on: bool,
         seed: int | None = None,
         spans: Spans = no_spans,
+        count_tokens: CountTokens | None = None,
     ):
+        if config.response_budget and count_tokens is None:
+            raise ValueError(
+                f"the {config.tool_env.name!r} tool environment counts tool output in the response budget: "
+                "the rollout needs count_tokens (the model's tokenizer)"
+            )
         self.messages = list(messages)
+        self.count_tokens = count_tokens
         self.seed = seed
         self.spans = spans
         self.generations = 0  #: generations so far (numbers the parsed calls' ids)
@@ -117,6 +146,10 @@ class RolloutState:
         return self.config.saar
 
     @property
+    def tool_env(self) -> ToolEnv:
+        return self.config.tool_env
+
+    @property
     def assistant_turns(self) -> int:
         return sum(1 for m in self.messages if m.role == "assistant")
 
@@ -129,10 +162,32 @@ class RolloutState:
     async def generate_turn(self, context: list[Message], *, turn: int, retry: int = 0) -> tuple[Generation, Message]:
         """Generate assistant turn ``turn`` (0-based) from ``context``; ``retry`` > 0 for a SAAR regeneration."""
         seed = None if self.seed is None else seeds.generation_seed(self.seed, turn=turn, retry=retry)
-        gen = await self._generate(context, seed=seed)
+        left = self.budget_left(context)
+        if left is None:
+            gen = await self._generate(context, seed=seed)
+        elif left <= 0:  # nothing left to generate: a cut turn, as a generation of 0 tokens would be
+            gen = Generation(text="", truncated=True, output_tokens=0)
+        else:
+            gen = await self._generate(context, seed=seed, max_tokens=left)
         self.tokens_generated += gen.output_tokens
         self.generations += 1
-        return gen, to_assistant(gen, self.config.accept_python_fence, call_id=f"call_{self.generations}")
+        env = self.config.tool_env
+        return gen, to_assistant(gen, self.config.accept_python_fence, call_id=f"call_{self.generations}", env=env)
+
+    def budget_left(self, context: list[Message]) -> int | None:
+        """Response tokens the next generation may take after ``context`` (None: no response budget)."""
+        if not self.config.response_budget:
+            return None
+        assert self.config.max_total_tokens is not None
+        return self.config.max_total_tokens - response_tokens(context)
+
+    def tool_message(self, content: str, call_id: str | None, ok: bool, kind: str | None) -> Message:
+        """The tool result the model sees, with its response tokens when a response budget counts them."""
+        meta: dict[str, Any] = {"ok": ok, "error_kind": kind}
+        if self.config.response_budget:
+            assert self.count_tokens is not None
+            meta["tokens"] = self.count_tokens(content)
+        return Message("tool", content, tool_call_id=call_id, meta=meta)
 
     def cap_reached(self) -> bool:
         """Whether the trajectory has used its ``max_attempts`` tool attempts (then rollback is off for good)."""
@@ -141,28 +196,35 @@ class RolloutState:
     async def execute(self, turn: Message) -> tuple[Message, bool, str | None]:
         """Run the call of ``turn``; return the tool message, success flag and error kind."""
         self.attempts += 1
+        env = self.config.tool_env
         if turn.call is None:
             kind = "MalformedToolCall"
-            content = protocol.format_call_error(turn.call_error or "no call found")
+            content = protocol.format_call_error(turn.call_error or "no call found", env=env)
             ok, call_id = False, None
         else:
-            result: ExecResult = await self._sandbox.run_python(turn.call.code, timeout=self.config.timeout)
+            program, timeout = turn.call.code, self.config.timeout
+            if env.execution == "echo":  # the program ends itself at the limit; the sandbox's kill is the backstop
+                program, timeout = echo_runner.echo_program(program, timeout), timeout + 1.0
+            result: ExecResult = await self._sandbox.run_python(program, timeout=timeout)
             if result.sandbox_failed:  # never let a broken sandbox pass as the program's doing
                 raise SandboxError(
                     f"sandbox failed while running a tool call: {result.stderr.strip() or result.error_kind}"
                 )
             ok, kind, call_id = result.ok, result.error_kind, turn.call.id
+            if env.execution == "echo" and kind == NONZERO_EXIT:  # it reports its exception as one line
+                kind = echo_runner.error_kind(result.stderr) or kind
             content = protocol.format_result(
                 ok=result.ok,
                 stdout=result.stdout,
                 stderr=result.stderr,
                 error_kind=result.error_kind,
                 limit=self.config.output_chars,
+                env=env,
             )
         if not ok:
             self.failures += 1
             self.error_kinds[kind or "Error"] += 1
-        return Message("tool", content, tool_call_id=call_id, meta={"ok": ok, "error_kind": kind}), ok, kind
+        return self.tool_message(content, call_id, ok, kind), ok, kind
 
 
 def reasoning_share(gen: Generation, reasoning: str) -> int:
@@ -173,7 +235,9 @@ def reasoning_share(gen: Generation, reasoning: str) -> int:
     return round(gen.output_tokens * len(reasoning) / len(text)) if text else 0
 
 
-def to_assistant(gen: Generation, accept_python_fence: bool = True, call_id: str = "call_1") -> Message:
+def to_assistant(
+    gen: Generation, accept_python_fence: bool = True, call_id: str = "call_1", env: ToolEnv = PROJECT
+) -> Message:
     """The assistant message for a generation, with its call parsed natively or from text.
 
     A call parsed from text gets ``call_id`` (the rollout numbers them, so every call of a
@@ -183,9 +247,12 @@ def to_assistant(gen: Generation, accept_python_fence: bool = True, call_id: str
         call = gen.tool_calls[0]
         meta = {"form": "native", "tokens": gen.output_tokens, "reasoning_tokens": reasoning_share(gen, gen.text)}
         return Message("assistant", gen.text, call=call, meta=meta)
-    parsed = protocol.parse_turn(gen.text, accept_python_fence=accept_python_fence, call_id=call_id)
+    parsed = protocol.parse_turn(gen.text, accept_python_fence=accept_python_fence, call_id=call_id, env=env)
     if parsed.call is None and parsed.error is None:
-        return Message("assistant", gen.text, meta={"tokens": gen.output_tokens})
+        meta: dict[str, Any] = {"tokens": gen.output_tokens}
+        if "unread_call" in parsed.meta:  # a call the profile cannot read is no call: the turn is the answer
+            meta["unread_call"] = parsed.meta["unread_call"]
+        return Message("assistant", gen.text, meta=meta)
     # a malformed call keeps the text as written: there is no call to re-serialize it from
     content = parsed.reasoning if parsed.call is not None else gen.text
     meta = {"form": parsed.form, "tokens": gen.output_tokens, "reasoning_tokens": reasoning_share(gen, content)}
@@ -201,6 +268,7 @@ async def rollout(
     *,
     seed: int | None = None,
     spans: Spans = no_spans,
+    count_tokens: CountTokens | None = None,
 ) -> Trajectory:
     """Run one tool-use trajectory from ``prompt`` to an answer or a limit.
 
@@ -208,11 +276,19 @@ async def rollout(
     is called with a seed derived from it, the turn and the SAAR retry. SAAR is drawn once per
     trajectory from ``config.saar`` with ``rng`` (default: seeded from ``seed``, or 0). ``spans``
     opens the transcript spans SAAR marks its rollbacks with (Inspect's ``span`` at evaluation).
+
+    The budget (``config.max_total_tokens``) is counted as ``config.tool_env.budget`` says. ``generated``:
+    after a tool result, the trajectory stops once its kept generated tokens reach it. ``response``
+    (the reference's): every token of the response counts, generated and tool output alike
+    (``count_tokens`` gives a tool result's); each generation may take only what is left; a turn that
+    reaches the budget ends the trajectory (its call does not run), and so does a tool result that
+    would reach it (it is not kept), as Open-CLEANER's agent loop ends a response.
     """
     if rng is None:
         rng = random.Random(0 if seed is None else seeds.saar_draw_seed(seed))
     saar_on = config.saar.draw(rng)
-    state = RolloutState(prompt, generate, sandbox, config, saar_on, seed, spans)
+    state = RolloutState(prompt, generate, sandbox, config, saar_on, seed, spans, count_tokens)
+    budget = config.max_total_tokens
     while state.stop_reason == "running":
         if state.assistant_turns >= config.max_turns:
             state.stop("max_turns")
@@ -225,13 +301,22 @@ async def rollout(
         if turn.call is None and turn.call_error is None:
             state.stop("answer")
             break
+        if not config.tool_env.call_on_last_turn and state.assistant_turns >= config.max_turns:
+            state.stop("max_turns")  # the reference's loop ends at its last turn before running that turn's call
+            break
+        if config.response_budget and response_tokens(state.messages) >= budget:  # type: ignore[operator]
+            state.stop("token_budget")
+            break
         result, ok, kind = await state.execute(turn)
         if not ok and state.rollback_on:  # SAAR decides, the attempt cap included
             result = await rollback(state, len(state.messages) - 1, result, kind)
             if result is None:
                 break
+        if config.response_budget and response_tokens([*state.messages, result]) >= budget:  # type: ignore[operator]
+            state.stop("token_budget")
+            break
         state.messages.append(result)
-        if config.max_total_tokens is not None and kept_tokens(state.messages) >= config.max_total_tokens:
+        if not config.response_budget and budget is not None and kept_tokens(state.messages) >= budget:
             state.stop("token_budget")
     return Trajectory(
         messages=state.messages,
@@ -246,9 +331,16 @@ async def rollout(
         tokens_generated=state.tokens_generated,
         tokens_kept=kept_tokens(state.messages),
         seed=seed,
+        response_tokens=response_tokens(state.messages) if config.response_budget else 0,
     )
 
 
 def kept_tokens(messages: list[Message]) -> int:
     """Generated tokens of the assistant turns in ``messages``."""
     return sum(m.tokens for m in messages)
+
+
+def response_tokens(messages: list[Message]) -> int:
+    """Tokens of the response in ``messages`` as a ``response`` budget counts them: every assistant turn's
+    generated tokens and every tool result's tokens (set when the rollout made it under that budget)."""
+    return sum(m.tokens if m.role == "assistant" else int(m.meta.get("tokens", 0)) for m in messages)

@@ -26,11 +26,12 @@ from __future__ import annotations
 import difflib
 import random
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
 from harness.core import protocol
 from harness.core.messages import Generation, Message
+from harness.core.toolenv import ToolEnv
 
 Similarity = Literal["code", "call"]
 Action = Literal["shallow", "deep", "no_call", "length", "exhausted", "cap"]
@@ -95,6 +96,11 @@ class RollbackState(Protocol):
     def record(self, event: SaarEvent) -> None: ...
 
     def cap_reached(self) -> bool: ...
+
+    @property
+    def tool_env(self) -> ToolEnv: ...
+
+    def tool_message(self, content: str, call_id: str | None, ok: bool, kind: str | None) -> Message: ...
 
     async def generate_turn(
         self, context: list[Message], *, turn: int, retry: int = 0
@@ -204,5 +210,6 @@ async def _rollback(
     state.rollback_on = False
     state.record(SaarEvent(turn, cfg.max_retries + 1, "exhausted", error_kind))
     if cfg.max_retries >= 2:
-        error = replace(error, content=error.content + protocol.retry_note(cfg.max_retries + 1))
+        note = protocol.retry_note(cfg.max_retries + 1, state.tool_env, retries=cfg.max_retries)
+        error = state.tool_message(error.content + note, error.tool_call_id, False, error.meta.get("error_kind"))
     return error

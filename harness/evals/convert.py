@@ -18,6 +18,7 @@ from inspect_ai.tool import ToolInfo, ToolParams
 
 from harness.core import protocol
 from harness.core.messages import Generation, Message, tool_response_content, tool_response_text
+from harness.core.toolenv import PROJECT, ToolEnv
 
 #: Every stop reason Inspect reports, and whether it means the turn was cut short (so it is
 #: no answer and the rollout ends with ``length``): the output limit (``max_tokens``), the
@@ -38,12 +39,25 @@ if set(CUT_SHORT) != set(get_args(StopReason)):  # pragma: no cover - an Inspect
         f"Inspect has {sorted(get_args(StopReason))}"
     )
 
-#: The python tool as Inspect describes tools to providers that call tools natively.
-PYTHON_TOOL = ToolInfo(
-    name=protocol.TOOL_NAME,
-    description=protocol.TOOL_DESCRIPTION,
-    parameters=ToolParams(**protocol.TOOL_SCHEMA["function"]["parameters"]),
-)
+
+def tool_info(env: ToolEnv = PROJECT) -> ToolInfo:
+    """The python tool of ``env`` as Inspect describes tools to providers that call tools natively."""
+    function = env.schema()["function"]
+    return ToolInfo(
+        name=function["name"], description=function["description"], parameters=ToolParams(**function["parameters"])
+    )
+
+
+#: The project's python tool.
+PYTHON_TOOL = tool_info(PROJECT)
+
+
+def tool_schema(tool: ToolInfo) -> dict:
+    """An Inspect tool as the JSON schema chat templates take (the inverse of :func:`tool_info`)."""
+    return {
+        "type": "function",
+        "function": tool.model_dump(exclude_none=True, include={"name", "description", "parameters"}),
+    }
 
 
 def to_inspect(messages: list[Message]) -> list[ChatMessage]:
@@ -63,16 +77,27 @@ def to_inspect(messages: list[Message]) -> list[ChatMessage]:
                 ChatMessageTool(
                     content=m.content,
                     tool_call_id=m.tool_call_id,
-                    function=protocol.TOOL_NAME,
+                    function=_answered_name(out, m.tool_call_id),
                     metadata={"ok": m.meta.get("ok", True), "error_kind": error_kind} if m.meta else None,
                 )
             )
         elif m.call is not None:
-            call = InspectToolCall(id=m.call.id, function=protocol.TOOL_NAME, arguments=m.call.arguments())
+            call = InspectToolCall(id=m.call.id, function=m.call.name, arguments=m.call.arguments())
             out.append(ChatMessageAssistant(content=m.content_before_call, tool_calls=[call], metadata=_public(m.meta)))
         else:
             out.append(ChatMessageAssistant(content=m.text, metadata=_public(m.meta)))
     return out
+
+
+def _answered_name(converted: list[ChatMessage], call_id: str | None) -> str:
+    """The function name of the call (among the messages converted so far) that a tool result answers."""
+    for m in reversed(converted):
+        if isinstance(m, ChatMessageAssistant):
+            for tc in m.tool_calls or []:
+                if tc.id == call_id:
+                    return tc.function
+            break
+    return protocol.TOOL_NAME
 
 
 def from_inspect(messages: list[ChatMessage]) -> list[Message]:
@@ -117,19 +142,21 @@ def _assistant(index: int, m: ChatMessageAssistant) -> Message:
         )
     if protocol.CALL_OPEN in text:
         text = protocol.parse_turn(text).reasoning
-    return Message("assistant", text, call=protocol.ToolCall(code=code, raw=protocol.serialize_call(code), id=tc.id))
+    raw = protocol.serialize_call(code, tc.function)
+    return Message("assistant", text, call=protocol.ToolCall(code=code, raw=raw, id=tc.id, name=tc.function))
 
 
-def to_generation(output: ModelOutput) -> Generation:
-    """A provider's output as the rollout core sees it (natively parsed calls kept)."""
+def to_generation(output: ModelOutput, env: ToolEnv = PROJECT) -> Generation:
+    """A provider's output as the rollout core sees it (natively parsed calls of ``env``'s tool kept)."""
     message = output.message
     calls = None
     if message.tool_calls:
         calls = []
         for tc in message.tool_calls:
             code = tc.arguments.get("code") if isinstance(tc.arguments, dict) else None
-            if isinstance(code, str) and tc.function in protocol.TOOL_ALIASES:
-                calls.append(protocol.ToolCall(code=code, raw=protocol.serialize_call(code), id=tc.id))
+            if isinstance(code, str) and tc.function in env.aliases:
+                raw = protocol.serialize_call(code, env.tool_name)
+                calls.append(protocol.ToolCall(code=code, raw=raw, id=tc.id, name=env.tool_name))
         calls = calls or None
     text = message.text
     if message.tool_calls and calls is None:  # a native call we cannot execute: let the text parser judge it

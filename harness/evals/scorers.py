@@ -12,12 +12,30 @@ counters moved to metadata would silently describe epoch 1 only. The epoch reduc
 (``mean``, ``pass_at_k``) therefore also reach the counters; read them with ``mean``
 and the accuracy with both. The judging itself lives in
 :mod:`harness.benchmarks.scoring` and :mod:`harness.benchmarks.lcb` (shared with the training reward).
+
+The math and GPQA scorers take a ``judge``:
+
+- ``"lenient"`` (the default): ``accuracy`` is the evaluation judge on the final turn
+  (equivalence by math-verify; GPQA's letter in any common style).
+- ``"reference"``: ``accuracy`` is the reference's own judge, the strict box check of its
+  training reward on the last 100 characters of the whole response, tool results included
+  (:func:`harness.benchmarks.scoring.reference_verdict` over
+  :func:`harness.core.response.response_text`); the lenient verdict is reported beside it as
+  ``accuracy_lenient``.
+
+The math scorer also reports ``judge_timeout`` (1 when math-verify gave up on the sample's
+answer, which then counts as not correct; in ``"reference"`` mode it concerns
+``accuracy_lenient``). A key is present in every sample's value, as Inspect's reducers and
+metrics need. The score's metadata names the judge that ran (``judge``). Logs that exist can
+be judged again without rerunning the model: ``inspect score LOG --scorer math_scorer -S
+judge=reference`` (``gpqa_scorer`` likewise; the task file the log names must be at hand, or
+give ``--scorer harness/evals/scorers.py@math_scorer``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import TaskState
@@ -25,7 +43,13 @@ from inspect_ai.solver import TaskState
 from harness.benchmarks import lcb, scoring
 from harness.benchmarks.datasets import Problem
 from harness.core.metrics import TrajectoryMetrics
+from harness.core.response import response_text
+from harness.evals.convert import from_inspect
 from harness.evals.solver import TRAJECTORY, current_sandbox
+
+#: Which judge sets ``accuracy``: the evaluation judge, or the reference's strict box check on the whole response.
+Judge = Literal["lenient", "reference"]
+JUDGES: tuple[Judge, ...] = get_args(Judge)
 
 METRICS: dict[str, Any] = {
     "accuracy": [mean(), stderr()],
@@ -34,6 +58,13 @@ METRICS: dict[str, Any] = {
     "failures_kept": [mean()],
     "saar_*": [mean()],
     "tokens_generated": [mean()],
+}
+
+#: The math and GPQA scorers' metrics: :data:`METRICS` and the judges' keys (a key no sample has shows nothing).
+JUDGED_METRICS: dict[str, Any] = {
+    **METRICS,
+    "accuracy_lenient": [mean(), stderr()],
+    "judge_timeout": [mean()],
 }
 
 
@@ -53,24 +84,86 @@ def _score(state: TaskState, correct: bool, answer: str | None, explanation: str
     )
 
 
-@scorer(metrics=METRICS)
-def math_scorer() -> Scorer:
-    """AIME: the last ``\\boxed{}`` is equivalent to the integer answer (leading zeros do not matter)."""
+def _check_judge(judge: str) -> Judge:
+    if judge not in JUDGES:
+        raise ValueError(f"judge must be one of {list(JUDGES)}, got {judge!r}")
+    return judge  # type: ignore[return-value]
+
+
+def reference_response(state: TaskState) -> str:
+    """The sample's whole response as the reference's judge reads it (its prompt left out)."""
+    return response_text(from_inspect(state.messages))
+
+
+def _judged_score(
+    state: TaskState,
+    judge: Judge,
+    correct: bool,
+    answer: str | None,
+    extra: dict[str, float],
+    explanation: str = "",
+) -> Score:
+    return Score(
+        value={"accuracy": 1.0 if correct else 0.0, **trajectory_values(state), **extra},
+        answer=answer,
+        explanation=explanation or None,
+        metadata={TRAJECTORY: state.metadata.get(TRAJECTORY, {}), "judge": judge},
+    )
+
+
+def _timeout_note(verdict: scoring.Verdict, answer: str | None, target: str) -> str:
+    if not verdict.timed_out:
+        return ""
+    return f"math-verify timed out comparing the answer {answer!r} with the target {target!r}: counted as not correct"
+
+
+@scorer(metrics=JUDGED_METRICS)
+def math_scorer(judge: Judge = "lenient") -> Scorer:
+    """AIME: the last ``\\boxed{}`` is equivalent to the integer answer (leading zeros do not matter).
+
+    Args:
+        judge: ``"lenient"`` (that equivalence on the final turn) or ``"reference"`` (the
+            reference's strict box check on the whole response; the lenient verdict is then
+            ``accuracy_lenient``).
+    """
+    judge = _check_judge(judge)
 
     async def score(state: TaskState, target: Target) -> Score:
         completion = state.output.completion
-        return _score(state, scoring.math_correct(completion, target.text), scoring.extract_boxed(completion))
+        lenient_answer = scoring.extract_boxed(completion)
+        lenient = scoring.judge_math(completion, target.text)
+        note = _timeout_note(lenient, lenient_answer, target.text)
+        timeout = {"judge_timeout": 1.0 if lenient.timed_out else 0.0}
+        if judge == "lenient":
+            return _judged_score(state, judge, lenient.equivalent, lenient_answer, timeout, note)
+        response = reference_response(state)
+        correct = scoring.reference_verdict(response, target.text, "math")
+        extra = {"accuracy_lenient": 1.0 if lenient.equivalent else 0.0, **timeout}
+        return _judged_score(state, judge, correct, scoring.reference_answer(response), extra, note)
 
     return score
 
 
-@scorer(metrics=METRICS)
-def gpqa_scorer() -> Scorer:
-    """GPQA: the chosen letter (after the fixed shuffle) is the correct one."""
+@scorer(metrics=JUDGED_METRICS)
+def gpqa_scorer(judge: Judge = "lenient") -> Scorer:
+    """GPQA: the chosen letter (after the fixed shuffle) is the correct one.
+
+    Args:
+        judge: ``"lenient"`` (the letter of the final turn in any common style) or
+            ``"reference"`` (the reference's strict box check, ``\\boxed{C}``, on the whole
+            response; the lenient verdict is then ``accuracy_lenient``).
+    """
+    judge = _check_judge(judge)
 
     async def score(state: TaskState, target: Target) -> Score:
         completion = state.output.completion
-        return _score(state, scoring.gpqa_correct(completion, target.text), scoring.gpqa_letter(completion))
+        lenient = scoring.gpqa_correct(completion, target.text)
+        if judge == "lenient":
+            return _judged_score(state, judge, lenient, scoring.gpqa_letter(completion), {})
+        response = reference_response(state)
+        correct = scoring.reference_verdict(response, target.text, "gpqa")
+        extra = {"accuracy_lenient": 1.0 if lenient else 0.0}
+        return _judged_score(state, judge, correct, scoring.reference_answer(response), extra)
 
     return score
 

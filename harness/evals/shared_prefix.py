@@ -18,6 +18,11 @@ the replay model counts its calls per sample, so a skipped call would shift its 
 Arms that run at once: a request waits while the same request is in flight in this process (a lock
 per request), then reads what the first wrote. Arms in separate processes share through the cache
 directory (``INSPECT_CACHE_DIR``) when they run one after the other.
+
+A shared generation is keyed by the identity of the model's weights
+(:func:`harness.evals.weights_identity.weights_identity`), not only by the model's name: another
+checkpoint served under the same name or path with the same id generates its own. A model whose
+weights cannot be identified is refused (:class:`~harness.evals.weights_identity.WeightsUnknownError`).
 """
 
 from __future__ import annotations
@@ -29,15 +34,20 @@ import weakref
 from inspect_ai.model import CachePolicy, ChatMessage, GenerateConfig, Model, ModelOutput
 from inspect_ai.tool import ToolInfo
 
+from harness.evals.weights_identity import weights_identity
+
 #: How long a shared generation stays readable: the arms of a run are minutes or hours apart.
 EXPIRY = "1D"
 
 _in_flight: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
 
-def request_key(model: Model, share: str, epoch: int, messages: list[ChatMessage], config: GenerateConfig) -> str:
-    """What makes two arms' requests the same request (message ids aside, which every conversion renews)."""
-    parts = [str(model), share, str(epoch), config.model_dump_json(exclude_none=True)]
+def request_key(
+    model: Model, weights: str, share: str, epoch: int, messages: list[ChatMessage], config: GenerateConfig
+) -> str:
+    """What makes two arms' requests the same request (message ids aside, which every conversion renews):
+    ``weights`` is the identity of the model's weights (:func:`~harness.evals.weights_identity.weights_identity`)."""
+    parts = [str(model), weights, share, str(epoch), config.model_dump_json(exclude_none=True)]
     parts += [m.model_dump_json(exclude={"id"}) for m in messages]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
@@ -61,12 +71,15 @@ async def generate_shared(
     share: str,
     epoch: int,
 ) -> ModelOutput:
-    """``model.generate`` through Inspect's cache scoped to ``share``, one in flight per request."""
+    """``model.generate`` through Inspect's cache scoped to ``share`` and the model's weights, one in flight per
+    request. Raises :class:`~harness.evals.weights_identity.WeightsUnknownError` for a model whose weights cannot be
+    identified."""
     await _endpoint_resolved(model)
-    key = request_key(model, share, epoch, messages, config)
+    weights = await weights_identity(model)
+    key = request_key(model, weights, share, epoch, messages, config)
     lock = _in_flight.get(key)
     if lock is None:
         lock = _in_flight[key] = asyncio.Lock()
     async with lock:
-        policy = CachePolicy(expiry=EXPIRY, scopes={"share_prefix": share, "epoch": str(epoch)})
+        policy = CachePolicy(expiry=EXPIRY, scopes={"share_prefix": share, "epoch": str(epoch), "weights": weights})
         return await model.generate(messages, tools=tools, config=config, cache=policy)

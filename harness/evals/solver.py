@@ -35,11 +35,11 @@ from inspect_ai.util import OutputLimitExceededError, SandboxEnvironment, Sandbo
 from inspect_ai.util import sandbox as inspect_sandbox
 
 from harness.core.messages import Generation, Message
-from harness.core.protocol import TOOL_NAME
-from harness.core.rollout import RolloutConfig, rollout
+from harness.core.rollout import CountTokens, RolloutConfig, rollout
 from harness.core.seeds import trajectory_seed
-from harness.evals.convert import PYTHON_TOOL, to_generation, to_inspect
+from harness.evals.convert import to_generation, to_inspect, tool_info
 from harness.evals.shared_prefix import generate_shared
+from harness.evals.tokenizers import tool_token_counter
 from sandboxes.base import ExecResult, Sandbox
 
 #: Key of the trajectory summary in a sample's metadata.
@@ -103,9 +103,10 @@ class TranscribedSandbox(Sandbox):
     caller gets the structured result of the sandbox underneath, as without the transcript.
     """
 
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: Sandbox, tool_name: str) -> None:
         self.inner = sandbox
         self.backend = sandbox.backend
+        self.tool_name = tool_name
 
     async def run_python(
         self,
@@ -118,7 +119,7 @@ class TranscribedSandbox(Sandbox):
         from inspect_ai.util._sandbox.events import SandboxEnvironmentProxy
 
         run = _OneRun(lambda: self.inner.run_python(code, timeout=timeout, stdin=stdin, files=files))
-        async with span(name=TOOL_NAME, type="tool"):
+        async with span(name=self.tool_name, type="tool"):
             try:
                 await SandboxEnvironmentProxy(run).exec(EXEC_CMD, input=code, timeout=timeout)  # type: ignore[arg-type]
             except OutputLimitExceededError:  # recorded; the sandbox's own output cap already applied
@@ -128,37 +129,54 @@ class TranscribedSandbox(Sandbox):
 
 
 @solver
-def saar_agent(config: RolloutConfig, run_seed: int = 0, share_prefix: str | None = None) -> Solver:
+def saar_agent(
+    config: RolloutConfig,
+    run_seed: int = 0,
+    share_prefix: str | None = None,
+    max_tokens: int | None = None,
+    tokenizer: str | None = None,
+) -> Solver:
     """Run the shared rollout loop (tool calls, SAAR) for one sample.
 
     Args:
-        config: the rollout's limits, parse mode and SAAR settings (:func:`harness.core.problems.rollout_config`).
+        config: the rollout's limits, parse mode, SAAR settings and tool environment
+            (:func:`harness.core.problems.rollout_config`).
         run_seed: the seed each (sample, epoch) derives its trajectory seed from (:mod:`harness.core.seeds`).
         share_prefix: arms with the same id generate the requests they have in common once
             (:mod:`harness.evals.shared_prefix`); None: every request is generated.
+        max_tokens: tokens per generation (the task's own limit; a response budget may lower it per call).
+        tokenizer: what a response budget counts tool output with (:func:`harness.evals.tokenizers.tool_token_counter`).
     """
+    tools = [tool_info(config.tool_env)]
+    task_max_tokens = max_tokens
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         model = get_model()
-        sandbox = TranscribedSandbox(current_sandbox())
+        sandbox = TranscribedSandbox(current_sandbox(), config.tool_env.tool_name)
         seed = trajectory_seed(run_seed, state.sample_id, state.epoch)
+        count_tokens: CountTokens | None = tool_token_counter(model, tokenizer) if config.response_budget else None
 
-        async def model_generate(messages: list[Message], *, seed: int | None = None) -> Generation:
-            request, config = to_inspect(messages), GenerateConfig(seed=seed)
+        async def model_generate(
+            messages: list[Message], *, seed: int | None = None, max_tokens: int | None = None
+        ) -> Generation:
+            limit = max_tokens if max_tokens is None or task_max_tokens is None else min(max_tokens, task_max_tokens)
+            request, gen_config = to_inspect(messages), GenerateConfig(seed=seed, max_tokens=limit)
             if share_prefix is None:
-                output = await model.generate(request, tools=[PYTHON_TOOL], config=config)
+                output = await model.generate(request, tools=tools, config=gen_config)
             else:
                 output = await generate_shared(
-                    model, request, tools=[PYTHON_TOOL], config=config, share=share_prefix, epoch=state.epoch
+                    model, request, tools=tools, config=gen_config, share=share_prefix, epoch=state.epoch
                 )
-            return to_generation(output)
+            return to_generation(output, config.tool_env)
 
         def spans(name: str, type: str) -> AbstractAsyncContextManager[None]:
             return span(name, type=type)
 
         prompt = [Message(m.role, m.text) for m in state.messages if m.role in ("system", "user")]  # type: ignore[arg-type]
         async with span("rollout"):
-            trajectory = await rollout(prompt, model_generate, sandbox, config, seed=seed, spans=spans)
+            trajectory = await rollout(
+                prompt, model_generate, sandbox, config, seed=seed, spans=spans, count_tokens=count_tokens
+            )
         summary = trajectory.summary()
         state.messages = to_inspect(trajectory.messages)
         state.output = ModelOutput.from_content(model=str(model), content=trajectory.final_text)

@@ -9,8 +9,8 @@ every eval log).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 from inspect_ai import Epochs, Task
@@ -20,10 +20,12 @@ from inspect_ai.scorer import Scorer, ScoreReducer
 from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.benchmarks.datasets import Problem
-from harness.benchmarks.presets import PROTOCOL_FIELDS, EvalProtocol, resolve
+from harness.benchmarks.presets import PROTOCOL_FIELDS, EvalProtocol, Judge, resolve
 from harness.core.problems import Kind
+from harness.core.prompts import PromptTemplates, load_prompt_templates
 from harness.core.saar import Similarity
 from harness.evals.solver import saar_agent
+from harness.reports.card import protocol_card
 from sandboxes.inspect_provider import CleanerSandboxConfig, sandbox_metadata
 
 SandboxName = Literal["auto", "local", "docker"]
@@ -51,10 +53,24 @@ class TaskOptions:
     seed: int = 0  #: the run's seed: per-(sample, epoch) sampling seeds and the SAAR draw derive from it
     #: arms with the same id generate their common requests once (harness.evals.shared_prefix); None: off
     share_prefix: str | None = None
+    tool_env: str | None = None  #: the tool environment ("project", "reference"); None: the preset's or project
+    judge: Judge | None = None  #: the reported accuracy ("lenient", "reference"); None: the preset's or lenient
+    prompt_template: str | None = None  #: a prompt template file (harness.core.prompts); None: the project's
+    #: the tokenizer a response budget counts tool output with (hub id or path); None: the model's own
+    tokenizer: str | None = None
+
+    @classmethod
+    def of(cls, args: Mapping[str, Any]) -> TaskOptions:
+        """The options among a task function's arguments (its ``locals()``); the rest are the task's own."""
+        return cls(**{f.name: args[f.name] for f in fields(cls) if f.name in args})
 
     def protocol(self, kind: Kind) -> EvalProtocol:
         given = {k: v for k, v in asdict(self).items() if k in PROTOCOL_FIELDS}
         return resolve(self.preset, kind, **given)
+
+    def templates(self) -> PromptTemplates:
+        """The prompt templates, loaded (and checked) now: a bad file fails before any sample runs."""
+        return load_prompt_templates(self.prompt_template)
 
 
 def generate_config(protocol: EvalProtocol) -> GenerateConfig:
@@ -121,15 +137,34 @@ class BenchmarkTask(Task):
         self.__dict__["_given_reducers"] = value
 
 
-def benchmark_task(problems: Sequence[Problem], scorer: Scorer, options: TaskOptions) -> Task:
+#: Loads a task's problems with the given prompt templates.
+LoadProblems = Callable[[PromptTemplates], Sequence[Problem]]
+#: Makes a task's scorer for its problems and the protocol's judge.
+MakeScorer = Callable[[Sequence[Problem], Judge], Scorer]
+
+
+def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions) -> Task:
     """A benchmark task: the shared rollout solver with the protocol of ``options``, a scorer, pass@1 over epochs
-    and pass@k for k = the epochs that run (``-T epochs``, the preset's, or ``inspect eval --epochs``)."""
+    and pass@k for k = the epochs that run (``-T epochs``, the preset's, or ``inspect eval --epochs``).
+
+    Everything a bad argument can break (the tool environment, the judge, the prompt template file, the data)
+    is loaded and checked here, before any sample runs. The log's task metadata records the resolved protocol,
+    the whole tool environment (``tool_env``), the prompt templates' file and hash (``prompt_template``) and
+    the protocol card (``card``: :mod:`harness.evals.card`).
+    """
+    templates = options.templates()
+    problems = load(templates)
     kind = problem_kind(problems)
+    templates.require([kind])
     protocol = options.protocol(kind)
     metadata: dict[str, Any] = {
         "preset": options.preset,
         "kind": kind,
         "protocol": protocol.to_dict(),
+        "tool_env": protocol.env.to_dict(),
+        "prompt_template": {"source": templates.source, "sha256": templates.sha256},
+        "card": protocol_card(options.preset, kind, protocol, templates),
+        "tokenizer": options.tokenizer,
         "seed": options.seed,
         "share_prefix": options.share_prefix,
         # the resolved switches, also at the top level (reports read "saar" from here)
@@ -140,10 +175,17 @@ def benchmark_task(problems: Sequence[Problem], scorer: Scorer, options: TaskOpt
         # where the programs run (backend, isolation), decided now as the sandbox provider will
         "sandbox": sandbox_metadata(sandbox_spec(options.sandbox).config),
     }
+    solver = saar_agent(
+        protocol.rollout_config(kind),
+        run_seed=options.seed,
+        share_prefix=options.share_prefix,
+        max_tokens=protocol.max_tokens,
+        tokenizer=options.tokenizer,
+    )
     return BenchmarkTask(
         dataset=to_samples(problems),
-        solver=saar_agent(protocol.rollout_config(kind), run_seed=options.seed, share_prefix=options.share_prefix),
-        scorer=scorer,
+        solver=solver,
+        scorer=scorer(problems, protocol.judge),
         sandbox=sandbox_spec(options.sandbox),
         config=generate_config(protocol),
         epochs=Epochs(protocol.epochs),  # reducers: BenchmarkTask.epochs_reducer

@@ -95,6 +95,7 @@ class ArmRun:
     wall_time: float | None = None  #: seconds from the log's start to its completion
     task_args: dict[str, Any] = field(default_factory=dict)
     error: str | None = None  #: the log's error message when its status is "error"
+    card: dict[str, Any] | None = None  #: the protocol card of the log's task (harness.reports.card)
 
     @property
     def label(self) -> str:
@@ -213,6 +214,7 @@ def arm_from_log(log: EvalLog) -> ArmRun:
         wall_time=_seconds(log.stats.started_at, log.stats.completed_at),
         task_args=dict(log.eval.task_args),
         error=log.error.message if log.error else None,
+        card=(log.eval.metadata or {}).get("card"),
     )
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.metrics import aggregate, is_repeat
+from harness.reports.card import render_card
 from harness.reports.compare import ArmRun
 
 #: Plot files written next to report.md.
@@ -558,6 +559,11 @@ def write_report(
         args = ", ".join(f"{k}={v}" for k, v in sorted(a.task_args.items()) if v is not None)
         parts.append(f"- {a.label}: model `{a.model}`; task args: {args or '-'}; log `{a.location}`")
     parts.append("")
+    cards = {json.dumps(a.card, sort_keys=True): a.card for a in arms if a.card}
+    if cards:
+        parts += ["### Protocol cards", ""]
+        for card in cards.values():
+            parts += ["```", render_card(card), "```", ""]
     shared = [
         f"{a.label}: {summarize(a)['shared_generations']:.0f} generations read from the other arm (requests both arms "
         "sent before SAAR first acted, generated once: `share_prefix`)"

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig
+from harness.core.toolenv import ToolEnv, get_tool_env
 from trainers.core.faults import SANDBOX_RETRIES
 
 CONFIG_ENV = "CLEANER_AGENT_CONFIG"
@@ -28,8 +29,10 @@ class ExecutorConfig:
 
     saar: dict[str, Any] = field(default_factory=lambda: {"enabled": True, "prob": 1.0})
     max_turns: int = 16
-    timeout: float = 10.0
-    output_chars: int = 256
+    #: the tool environment (harness.core.toolenv): "project" or "reference" (Open-CLEANER's)
+    tool_env: str = "project"
+    timeout: float | None = None  #: seconds per call (None: the tool environment's)
+    output_chars: int | None = None  #: characters of a result the model sees (None: the tool environment's)
     sandbox: str | None = None  #: backend name for :func:`sandboxes.backends.get_backend` (None: the default)
     lenient_reward: bool = False  #: judge math by equivalence instead of the reference's strict check
     seed: int | None = None  #: seed of the per-trajectory SAAR draw (None: fresh randomness)
@@ -57,12 +60,23 @@ class ExecutorConfig:
                     f"got {self.overlong_buffer_len!r}"
                 )
 
+    @property
+    def env(self) -> ToolEnv:
+        return get_tool_env(self.tool_env, f"{CONFIG_ENV}: tool_env")
+
     def saar_config(self) -> SaarConfig:
-        return SaarConfig(**self.saar)
+        return SaarConfig(**{"similarity": self.env.similarity, **self.saar})
 
     def rollout_config(self) -> RolloutConfig:
+        """The rollout of this configuration; a ``response`` budget counts against ``max_new_tokens``."""
+        env = self.env
         return RolloutConfig(
-            max_turns=self.max_turns, timeout=self.timeout, output_chars=self.output_chars, saar=self.saar_config()
+            max_turns=self.max_turns,
+            timeout=env.timeout if self.timeout is None else self.timeout,
+            output_chars=env.output_chars if self.output_chars is None else self.output_chars,
+            saar=self.saar_config(),
+            tool_env=env,
+            max_total_tokens=self.max_new_tokens if env.budget == "response" else None,
         )
 
     @classmethod
@@ -78,7 +92,7 @@ class ExecutorConfig:
         if unknown:
             raise ValueError(f"{where}: unknown keys {sorted(unknown)}; known keys are {sorted(known)}")
         cfg = cls(**data)
-        cfg.saar_config()  # validate now, not in the middle of a rollout
+        cfg.saar_config()  # validate now, not in the middle of a rollout (the tool environment too)
         return cfg
 
     @classmethod

@@ -13,9 +13,12 @@ verl's RL layout, one row per problem:
 * ``extra_info``: ``{"index": ...}`` and more.
 
 :func:`load_open_agentrl` reads it from the hub or from a local parquet / JSONL file or
-directory and turns each row into a :class:`TrainItem`. :func:`export_openrlhf` writes
-items as the JSONL OpenRLHF reads (``--data.input_key prompt --data.label_key label``):
-the label carries everything the agent executor needs to score a trajectory.
+directory and turns each row into a :class:`TrainItem`, its prompt rendered with a
+:class:`~harness.core.prompts.PromptTemplates` (the project's by default; ``python -m trainers
+prepare-data --prompt-template FILE`` passes a user's file, so that training prompts match an
+evaluation's). :func:`export_openrlhf` writes items as the JSONL OpenRLHF reads
+(``--data.input_key prompt --data.label_key label``): the label carries everything the
+agent executor needs to score a trajectory.
 
 :func:`bignum_items` is the small set written for the CPU trainer and the tests:
 arithmetic on big numbers, which a 135M model gets wrong by hand and can get right
@@ -38,8 +41,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.benchmarks.datasets import DatasetError, tests_from_ground_truth
 from harness.core import prompts
 from harness.core.messages import Message
+from harness.core.prompts import PromptTemplates
 
 if TYPE_CHECKING:
     from harness.benchmarks.generators import GeneratedProblem
@@ -104,6 +109,8 @@ class TrainItem:
 # --------------------------------------------------------------------------- Open-AgentRL-30K
 
 _CHOICE = re.compile(r"(^|\n)\s*\(?[A-D][).:]\s", re.MULTILINE)
+#: Appended to the math prompt of a choice question (the training set's choices are in its text).
+CHOICE_INSTRUCTION = "\nPut only the letter of your choice in the box."
 
 
 def _plain(obj: Any) -> Any:
@@ -126,25 +133,16 @@ def _json_or(value: Any) -> Any:
     return value
 
 
-def _tests_of(truth: dict[str, Any], where: str) -> tuple[list[dict[str, Any]], str | None]:
-    inputs, outputs = truth.get("inputs"), truth.get("outputs")
-    if not isinstance(inputs, list) or not isinstance(outputs, list) or len(inputs) != len(outputs) or not inputs:
-        raise DataError(f"{where}: code ground_truth needs equal non-empty lists 'inputs' and 'outputs'")
-    fn_name = truth.get("fn_name") or None
-    testtype = "functional" if fn_name else "stdin"
-    tests = [
-        {
-            "input": i if isinstance(i, str) else json.dumps(i),
-            "output": o if isinstance(o, str) else json.dumps(o),
-            "testtype": testtype,
-        }
-        for i, o in zip(inputs, outputs, strict=True)
-    ]
-    return tests, fn_name
+def item_from_row(
+    row: dict[str, Any], index: int, source: str = HUB_ID, *, templates: PromptTemplates | None = None
+) -> TrainItem:
+    """One Open-AgentRL-30K row as a :class:`TrainItem` (raises :class:`DataError` saying what is wrong).
 
-
-def item_from_row(row: dict[str, Any], index: int, source: str = HUB_ID) -> TrainItem:
-    """One Open-AgentRL-30K row as a :class:`TrainItem` (raises :class:`DataError` saying what is wrong)."""
+    The prompt is rendered with ``templates`` (``None``: the project's): code with the ``code``
+    template, math with ``math``, and a choice question with ``math`` followed by
+    :data:`CHOICE_INSTRUCTION`.
+    """
+    templates = prompts.default_templates() if templates is None else templates
     row = _plain(row)
     where = f"{source} row {index}"
     chat = _json_or(row.get("prompt"))
@@ -165,14 +163,17 @@ def item_from_row(row: dict[str, Any], index: int, source: str = HUB_ID) -> Trai
     if "code" in data_source.lower() or (isinstance(truth, dict) and "inputs" in truth):
         if not isinstance(truth, dict):
             raise DataError(f"{where}: code ground_truth must be a JSON object of tests")
-        tests, fn_name = _tests_of(truth, where)
-        return TrainItem(item_id, prompts.code_prompt(question), "", "code", tests, fn_name, data_source)
+        try:
+            tests, fn_name = tests_from_ground_truth(truth, where)
+        except DatasetError as exc:
+            raise DataError(str(exc)) from exc
+        prompt = templates.render("code", question)
+        return TrainItem(item_id, prompt, "", "code", tests, fn_name, data_source)
     target = str(truth).strip()
     if re.fullmatch(r"[A-D]", target) and _CHOICE.search(question):
-        text = prompts.MATH_TEMPLATE.format(problem=question.strip())
-        text += "\nPut only the letter of your choice in the box."
+        text = templates.render("math", question) + CHOICE_INSTRUCTION
         return TrainItem(item_id, text, target, "gpqa", source=data_source)
-    return TrainItem(item_id, prompts.math_prompt(question), target, "math", source=data_source)
+    return TrainItem(item_id, templates.render("math", question), target, "math", source=data_source)
 
 
 def _read_rows(path: Path) -> Iterable[dict[str, Any]]:
@@ -201,9 +202,17 @@ def _read_rows(path: Path) -> Iterable[dict[str, Any]]:
 
 
 def load_open_agentrl(
-    source: str | Path = HUB_ID, *, limit: int | None = None, kinds: Sequence[Kind] | None = None
+    source: str | Path = HUB_ID,
+    *,
+    limit: int | None = None,
+    kinds: Sequence[Kind] | None = None,
+    templates: PromptTemplates | None = None,
 ) -> list[TrainItem]:
-    """Open-AgentRL-30K as training items, from the hub id or a local file or directory."""
+    """Open-AgentRL-30K as training items, from the hub id or a local file or directory.
+
+    Prompts are rendered with ``templates`` (``None``: the project's); rows of the project's own
+    JSONL (:class:`TrainItem` fields) keep the prompts they were written with.
+    """
     path = Path(source)
     if path.exists():
         rows: Iterable[dict[str, Any]] = _read_rows(path)
@@ -218,7 +227,7 @@ def load_open_agentrl(
         if row.get("id") is not None and row.get("kind") is not None:  # our own JSONL (TrainItem fields)
             item = TrainItem.from_label(row)
         else:
-            item = item_from_row(row, i, str(source))
+            item = item_from_row(row, i, str(source), templates=templates)
         if kinds is None or item.kind in kinds:
             items.append(item)
         if limit is not None and len(items) >= limit:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from harness.core import protocol
 from harness.core.messages import Message
+from harness.core.toolenv import PROJECT, ToolEnv
 
 Render = Callable[..., str]
 Source = Literal["sampled", "spliced", "retokenized"]
@@ -63,6 +64,7 @@ class SampledStore:
     all find the ids they were sampled as.
     """
 
+    env: ToolEnv = PROJECT  #: the tool environment the turns were parsed under (its call form is the key)
     by_text: dict[str, Sampled] = field(default_factory=dict)  #: turns without an executable call
     by_turn: dict[tuple[str, str], Sampled] = field(default_factory=dict)  #: (reasoning, call.raw)
     by_reasoning: dict[str, Sampled] = field(default_factory=dict)
@@ -71,7 +73,7 @@ class SampledStore:
     def add(self, text: str, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
         item = Sampled(text, list(ids), list(logprobs) if logprobs is not None else None)
         self.by_text[text] = item
-        parsed = protocol.parse_turn(text)
+        parsed = protocol.parse_turn(text, env=self.env)
         if parsed.call is not None:
             self.by_turn[(parsed.reasoning, parsed.call.raw)] = item
             self.by_reasoning[parsed.reasoning] = item
@@ -142,10 +144,10 @@ def _split_action(delta: str, marker: str | None) -> tuple[str, str]:
     return delta, ""
 
 
-def _splice(tokenizer: Any, msg: Message, old: Sampled, new: Sampled) -> list[int] | None:
+def _splice(tokenizer: Any, msg: Message, old: Sampled, new: Sampled, env: ToolEnv = PROJECT) -> list[int] | None:
     """A shallow replacement's ids: ``old``'s ids up to its call, then ``new``'s from its call on."""
     old_cut = _prefix_len(tokenizer, old.ids, msg.content)
-    new_cut = _prefix_len(tokenizer, new.ids, protocol.parse_turn(new.text).reasoning)
+    new_cut = _prefix_len(tokenizer, new.ids, protocol.parse_turn(new.text, env=env).reasoning)
     if old_cut is None or new_cut is None:  # a call marker that does not start on a token boundary
         return None
     return list(old.ids[:old_cut]) + list(new.ids[new_cut:])
@@ -167,7 +169,7 @@ def _turn_ids(
         if item is not None:
             ids = list(item.ids)
         elif pair is not None:
-            ids, source = _splice(tokenizer, msg, *pair), "spliced"
+            ids, source = _splice(tokenizer, msg, *pair, env=store.env), "spliced"
     if ids is None:
         return _encode(tokenizer, action), "retokenized", 0, True
     n_action = len(ids)

@@ -47,13 +47,17 @@ from __future__ import annotations
 import asyncio
 import random
 from copy import deepcopy
+from functools import partial
 from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
 
+from harness.core.chat import tool_result_tokens
 from harness.core.messages import Generation, Message
 from harness.core.problems import rollout_config
+from harness.core.response import response_text
 from harness.core.rollout import Trajectory, rollout
+from harness.core.toolenv import PROJECT
 from sandboxes.base import ExecResult, Sandbox
 from trainers.core._compat import get_backend, get_render
 from trainers.core.config import ExecutorConfig
@@ -149,6 +153,8 @@ class AgentExecutor(AgentExecutorBase):
             )
         item = TrainItem.from_label(label)
         render = self._get_render()
+        if self._rollout_config.tool_env is not PROJECT:  # the prompt shows that environment's tool schema
+            render = partial(render, env=self._rollout_config.tool_env)
         messages = item.messages()
         n_prompt = len(messages)
         # the trajectory's SAAR draw, fixed before any attempt: a rerun after a sandbox failure draws the same
@@ -157,14 +163,18 @@ class AgentExecutor(AgentExecutorBase):
         config = rollout_config(item.kind, self._rollout_config)
 
         async def attempt() -> tuple[Trajectory, Outcome, SampledStore]:
-            store = SampledStore()  # a rerun starts from nothing the failed attempt sampled
+            store = SampledStore(env=config.tool_env)  # a rerun starts from nothing the failed attempt sampled
 
-            async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
+            async def generate(
+                context: list[Message], *, seed: int | None = None, max_tokens: int | None = None
+            ) -> Generation:
                 ctx = assemble(tokenizer, context, n_prompt, store=store, add_generation_prompt=True, render=render)
                 params = deepcopy(sampling_params)
                 if seed is not None:  # a seeded trajectory (harness.core.seeds): vLLM honours a per-request seed
                     params.seed = seed
                 left = max_length - len(ctx.ids)
+                if max_tokens is not None:  # a response budget: what is left of it
+                    left = min(left, max_tokens)
                 per_turn = getattr(sampling_params, "max_tokens", None)  # --rollout.max_new_tokens
                 params.max_tokens = left if per_turn is None else min(per_turn, left)
                 if params.max_tokens <= 0:
@@ -181,14 +191,18 @@ class AgentExecutor(AgentExecutorBase):
                 )
 
             sandbox = self._sandbox()
-            traj = await rollout(messages, generate, sandbox, config, random.Random(rng_seed))
-            return traj, await compute_reward(item, traj.final_text, sandbox, lenient=self.config.lenient_reward), store
+            count = partial(tool_result_tokens, tokenizer) if config.response_budget else None
+            traj = await rollout(messages, generate, sandbox, config, random.Random(rng_seed), count_tokens=count)
+            # the reference's reward reads the whole response, tool output included (harness.core.response)
+            judged = response_text(traj.messages) if self.config.env.name == "reference" else traj.final_text
+            return traj, await compute_reward(item, judged, sandbox, lenient=self.config.lenient_reward), store
 
         (traj, outcome, store), reruns = await rerun_on_sandbox_failure(
             attempt, retries=self.config.sandbox_retries, what=f"rollout of {item.id!r}"
         )
         final = assemble(tokenizer, traj.messages, n_prompt, store=store, render=render)
-        penalty = self._overlong_penalty(final)
+        prompt_ids = assemble(tokenizer, messages, n_prompt, add_generation_prompt=True, render=render).ids
+        penalty = self._overlong_penalty(final, n_prompt_ids=len(prompt_ids))
         result = {
             "prompt": prompt,
             "label": label,
@@ -204,9 +218,14 @@ class AgentExecutor(AgentExecutorBase):
         }
         return result, traj
 
-    def _overlong_penalty(self, final: TokenTrajectory) -> float:
+    def _overlong_penalty(self, final: TokenTrajectory, n_prompt_ids: int) -> float:
+        """DAPO's penalty over the tokens the tool environment's budget counts: generated tokens (``project``),
+        or every response token, tool output included (``reference``: verl's DAPO reward counts the response)."""
         cfg = self.config
         if cfg.overlong_buffer_len is None or cfg.max_new_tokens is None:
             return 0.0
-        generated = sum(end - start for start, end in final.action_ranges)
-        return overlong_penalty(generated, cfg.max_new_tokens, cfg.overlong_buffer_len, cfg.overlong_penalty_factor)
+        if cfg.env.budget == "response":  # from the first generated token to the last, tool results between
+            counted = final.action_ranges[-1][1] - n_prompt_ids if final.action_ranges else 0
+        else:
+            counted = sum(end - start for start, end in final.action_ranges)
+        return overlong_penalty(counted, cfg.max_new_tokens, cfg.overlong_buffer_len, cfg.overlong_penalty_factor)

@@ -1,0 +1,125 @@
+"""The program a ``reference`` tool call runs: the model's code, with a final bare expression echoed.
+
+Open-CLEANER runs each call through a wrapper of its own (``recipe/cleaner/code_judge_utils.py``,
+``code_template_setup``, lines 169-333) inside code-judge's python executor
+(``code-judge/app/libs/executors/python_executor.py``), at commit 91e40ad. This module builds a
+program with the same observable behaviour, written for this project, that any sandbox runs:
+
+* a fresh interpreter; the code runs in a namespace that already holds the wrapper's names
+  (``os``, ``sys``, ``ast``, ``base64``, ``traceback``, ``linecache``, everything of ``typing``,
+  ``CodeType``, ``redirect_stdout``, ``redirect_stderr``, ``StringIO``), compiled with
+  ``from __future__ import annotations`` in effect;
+* when the last top-level statement is an expression, the lines before it run as one block and the
+  lines of that expression are evaluated; a value that is not None is printed as its ``repr``. When
+  the evaluation fails, those lines run again as statements;
+* an error is printed to stderr as ``<Kind> at line <N>: <message>`` and, on the next line, two
+  spaces and source line N of the block that failed, or as ``<Kind>: <message>`` when N is not a
+  line of that block; N is the exception's own ``lineno`` when it has one, else the line of the
+  innermost traceback frame, plus the lines before the block for the final expression. The program
+  then exits with status 1 at once, so what it printed to stdout and did not flush is lost (stdout is
+  block-buffered, as in a worker started without ``PYTHONUNBUFFERED``);
+* at its time limit the program prints ``Suicide from timeout.`` to stdout (flushing what it had
+  printed) and ends; past its CPU-time limit it is killed outright. Both end as a ``Timeout``
+  (``SIGXCPU``), which the ``reference`` framing reports as ``reason: worker_timeout``.
+
+Not reproduced: code-judge's 512 MB address-space limit (the sandbox's own memory limit applies) and
+the ``input`` argument a call may carry as stdin (the schema has no such argument).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+#: The wrapper; ``__cleaner_echo(code, limit)`` runs one call.
+_PRELUDE = r"""from __future__ import annotations
+import ast, base64, io, linecache, os, resource, signal, sys, traceback
+from contextlib import redirect_stderr, redirect_stdout
+from io import StringIO
+from types import CodeType
+from typing import *
+from typing import Any, Optional
+
+
+def __cleaner_error(exc, code, offset=0):
+    lineno = exc.lineno if hasattr(exc, "lineno") else None
+    if lineno is None:
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        lineno = tb.tb_lineno if tb is not None else -1
+    if isinstance(lineno, int) and lineno != -1:
+        lineno += offset
+    kind, message = type(exc).__name__, str(exc)
+    lines = code.splitlines()
+    if isinstance(lineno, int) and lineno != -1 and 0 <= lineno - 1 < len(lines):
+        return f"{kind} at line {lineno}: {message}\n  {lines[lineno - 1]}"
+    return f"{kind}: {message}"
+
+
+def __cleaner_fail(exc, code, offset=0):
+    print(__cleaner_error(exc, code, offset), file=sys.stderr)
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def __cleaner_timeout(signum, frame):
+    print("Suicide from timeout.", flush=True)
+    os.kill(os.getpid(), signal.SIGXCPU)
+
+
+def __cleaner_echo(code, limit):
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(sys.stdout.fileno(), "w", closefd=False), 8192),
+        encoding="utf-8", errors="backslashreplace", line_buffering=False,
+    )
+    signal.signal(signal.SIGXCPU, signal.SIG_DFL)
+    signal.signal(signal.SIGALRM, __cleaner_timeout)
+    signal.setitimer(signal.ITIMER_REAL, limit + 0.1)  # a busy program reaches its CPU limit first
+    try:
+        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
+    except (ValueError, OSError):
+        pass
+    namespace = {k: v for k, v in globals().items() if not k.startswith("__cleaner")}
+    namespace.update({"__name__": "__main__", "__file__": "<string>"})
+    try:
+        tree = ast.parse(code)
+    except Exception as exc:
+        __cleaner_fail(exc, code)
+    body, last = code, None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        node, lines = tree.body[-1], code.splitlines()
+        body = "\n".join(lines[: node.lineno - 1])
+        last = "\n".join(lines[node.lineno - 1 : node.end_lineno or node.lineno])
+    if body:
+        try:
+            exec(compile(body, "<string>", "exec"), namespace)
+        except Exception as exc:
+            __cleaner_fail(exc, body)
+    if last:
+        try:
+            value = eval(compile(last, "<string>", "eval"), namespace)
+        except Exception:
+            try:
+                exec(compile(last, "<string>", "exec"), namespace)
+            except Exception as exc:
+                __cleaner_fail(exc, last, len(body.splitlines()) if body else 0)
+        else:
+            if value is not None:
+                print(repr(value))
+    sys.stdout.flush()
+"""
+
+
+def echo_program(code: str, limit: float) -> str:
+    """The program that runs ``code`` as a ``reference`` call does, ended after ``limit`` seconds."""
+    return f"{_PRELUDE}\n__cleaner_echo({code!r}, {max(1, math.ceil(limit))})\n"
+
+
+_ERROR_LINE = re.compile(r"(?P<kind>[A-Za-z_]\w*)(?: at line \d+)?: ")
+
+
+def error_kind(stderr: str) -> str | None:
+    """The exception class an echo program reported on its stderr (it prints no traceback), or None."""
+    match = _ERROR_LINE.match(stderr)
+    return match.group("kind") if match else None

@@ -1,0 +1,54 @@
+"""The tokenizer a response budget counts tool output with, found for an Inspect model.
+
+Under a ``response`` budget (the ``reference`` tool environment) a tool result's tokens count, as the
+model's own chat template renders it (:func:`harness.core.chat.tool_result_tokens`). Inspect's served
+providers do not tokenize, so the tokenizer is found here, once per process and model:
+
+* ``-T tokenizer=<hub id or path>`` when given;
+* the embedded provider's own tokenizer;
+* otherwise the model's name as a hub id or path (``vllm/Qwen/Qwen3-4B-Instruct-2507``,
+  ``sglang//models/ckpt``), as the serving engine itself loads it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from inspect_ai.model import Model
+
+from harness.core.chat import tool_result_tokens
+from harness.core.rollout import CountTokens
+
+
+class TokenizerError(RuntimeError):
+    """No tokenizer could be found or loaded for a response budget."""
+
+
+@functools.cache
+def _load(name: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as exc:  # hub errors, a missing path, a gated repo: all say the same to the user
+        raise TokenizerError(
+            f"the response budget counts tool output in tokens, and no tokenizer could be loaded from {name!r} "
+            f"({type(exc).__name__}: {exc}); pass -T tokenizer=<hub id or local path> of the model's tokenizer"
+        ) from exc
+
+
+def model_tokenizer(model: Model, tokenizer: str | None = None) -> Any:
+    """The tokenizer of ``model`` (see the module docstring for where it comes from)."""
+    if tokenizer:
+        return _load(tokenizer)
+    loaded = getattr(model.api, "loaded", None)  # the embedded provider holds its model and tokenizer
+    if loaded is not None and getattr(loaded, "tokenizer", None) is not None:
+        return loaded.tokenizer
+    return _load(model.api.model_name)
+
+
+def tool_token_counter(model: Model, tokenizer: str | None = None) -> CountTokens:
+    """Tokens a tool result adds to the response of ``model`` (under its chat template)."""
+    tok = model_tokenizer(model, tokenizer)
+    return functools.partial(tool_result_tokens, tok)
