@@ -5,8 +5,8 @@ rollout and takes it back afterwards. The Inspect provider, the trainer and the
 CLI ask :func:`get_backend` for one by name and never import a backend module
 themselves:
 
-- ``"local"``: :class:`LocalBackend`, child processes on this machine (:mod:`sandboxes.local`);
-- ``"docker"``: ``DockerBackend`` of :mod:`sandboxes.docker_backend`, one container per rollout;
+- ``"local"``: :class:`LocalBackend`, child processes on this machine (:mod:`sandboxes.local.sandbox`);
+- ``"docker"``: ``DockerBackend`` of :mod:`sandboxes.docker.pool`, one container per rollout;
 - ``"auto"`` or ``None``: docker when a daemon answers and the sandbox image is
   present, else local. The choice is logged once, when the backend is made (the
   Inspect provider makes one per eval), and :meth:`Backend.describe` returns it
@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 from sandboxes.base import Backend
-from sandboxes.local_pool import LocalBackend
+from sandboxes.local.pool import LocalBackend
 
 logger = logging.getLogger(__name__)
 
@@ -39,23 +39,24 @@ __all__ = [
 BACKEND_NAMES = ("auto", "local", "docker")
 
 
-def _docker_module() -> Any | None:
-    """The docker backend module, or None when it (or the docker SDK) cannot be imported."""
+def _docker_modules() -> tuple[Any, Any] | None:
+    """The docker backend's engine and pool modules, or None when they (or the docker SDK) cannot be imported."""
     try:
-        from sandboxes import docker_backend
+        from sandboxes.docker import engine, pool
     except ImportError as exc:
         logger.debug("docker backend unavailable: %s", exc)
         return None
-    return docker_backend
+    return engine, pool
 
 
 def docker_ready() -> bool:
     """Whether the docker backend can run here: module importable, daemon answering, image present."""
-    module = _docker_module()
-    if module is None:
+    modules = _docker_modules()
+    if modules is None:
         return False
+    engine, _ = modules
     try:
-        return bool(module.docker_available() and module.image_present())
+        return bool(engine.docker_available() and engine.image_present())
     except Exception as exc:  # an engine that answers strangely counts as absent
         logger.debug("docker check failed: %s", exc)
         return False
@@ -77,14 +78,14 @@ def _make(chosen: str, options: dict[str, Any]) -> Backend:
             return LocalBackend(**options)
         except TypeError as exc:
             raise ValueError(f"bad option for the local sandbox backend: {exc}") from None
-    module = _docker_module()
-    if module is None:
+    modules = _docker_modules()
+    if modules is None:
         raise RuntimeError(
             "the docker sandbox backend cannot be imported (is the `docker` Python package installed?); "
             "use --backend local"
         )
     try:
-        backend: Backend = module.DockerBackend(**options)
+        backend: Backend = modules[1].DockerBackend(**options)
     except TypeError as exc:
         raise ValueError(f"bad option for the docker sandbox backend: {exc}") from None
     return backend
@@ -94,7 +95,7 @@ def get_backend(name: str | None = None, **options: Any) -> Backend:
     """A backend by name: ``"local"``, ``"docker"``, or ``"auto"``/``None`` (docker when ready, else local).
 
     ``options`` go to the backend's constructor (for local: ``max_idle`` and the
-    fields of :class:`~sandboxes.local.LocalConfig`; for docker: those of
+    fields of :class:`~sandboxes.local.policy.LocalConfig`; for docker: those of
     ``DockerBackend``). An option the backend does not know is an error. For
     ``auto`` the choice is logged here, once per backend made.
 

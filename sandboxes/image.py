@@ -1,7 +1,7 @@
 """The sandbox image: its recipe, its content-hash tag, and an offline build.
 
 The image holds Python 3 with numpy and sympy (Debian's packages) and one
-unprivileged user; nothing else. The warm interpreter (:mod:`sandboxes.worker`)
+unprivileged user; nothing else. The warm interpreter (:mod:`sandboxes.docker.worker`)
 is not baked in: it is passed to ``python3 -c`` when a container starts, so that
 a change to it never forces a rebuild.
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 import socket
 
-from sandboxes.docker_policy import LABEL
-
+#: The label on every sandbox container (``docker ps --filter label=...`` finds leftovers) and the prefix of the
+#: owner labels.
+LABEL = "cleaner.sandbox"
 OWNER_PID = f"{LABEL}.owner.pid"
 OWNER_START = f"{LABEL}.owner.start"
 OWNER_HOST = f"{LABEL}.owner.host"

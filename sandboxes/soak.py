@@ -207,7 +207,7 @@ class Soak:
 
     def _kill_one(self) -> str | None:
         if self.args.backend == "docker":
-            from sandboxes import docker_engine as engine
+            from sandboxes.docker import engine
 
             client = engine.client()
             try:
@@ -265,7 +265,7 @@ class Soak:
             new = (pid for pid in _children(os.getpid()) if pid not in self.children_before)
             left += [f"child process {pid} ({_comm(pid)})" for pid in new]
             if self.args.backend == "docker":
-                from sandboxes import docker_engine as engine
+                from sandboxes.docker import engine
 
                 client = engine.client()
                 try:
@@ -277,7 +277,7 @@ class Soak:
                 finally:
                     client.close()
             else:
-                from sandboxes.local_procs import _pids_of_uid
+                from sandboxes.local.procs import _pids_of_uid
 
                 for uid in sorted(self.uids):
                     left += [f"uid {uid} process {pid}" for pid in (_pids_of_uid(uid) if _free(uid) else [])]
@@ -375,7 +375,7 @@ def _free(uid: int) -> bool:
     """Whether no sandbox holds ``uid`` now (its processes, if any, are leftovers; else they are another's)."""
     import fcntl
 
-    from sandboxes.local_procs import UID_LOCK_DIR
+    from sandboxes.local.procs import UID_LOCK_DIR
 
     try:
         fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_RDWR)

@@ -27,7 +27,7 @@ def no_engine_left_running(request: pytest.FixtureRequest):
 
 @pytest.fixture
 async def local_sandbox():
-    from sandboxes.local import LocalSandbox
+    from sandboxes.local.sandbox import LocalSandbox
 
     sandbox = LocalSandbox()
     try:
@@ -42,7 +42,7 @@ _docker_state: dict[str, str | None] = {}
 def _docker_missing() -> str | None:
     """Why the Docker tests cannot run here, or None (checked once per session)."""
     if "reason" not in _docker_state:
-        from sandboxes.docker_backend import docker_available, image_present
+        from sandboxes.docker.engine import docker_available, image_present
 
         if not docker_available():
             _docker_state["reason"] = "no Docker engine answers"

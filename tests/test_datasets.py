@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from harness.benchmarks import datasets as ds
+from harness.benchmarks import registry
 from harness.benchmarks.datasets import DatasetError, GatedDatasetError, Problem
 from harness.benchmarks.lcb import problem_tests
+from harness.benchmarks.registry import BENCHMARKS, Benchmark
 from harness.core.prompts import LETTERS, shuffle_choices
 
 
@@ -21,7 +23,7 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _gpqa_rows() -> list[dict[str, str]]:
-    with ds.FIXTURES["gpqa"].open(encoding="utf-8", newline="") as f:
+    with BENCHMARKS["gpqa"].fixture.open(encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
 
 
@@ -36,22 +38,22 @@ def _write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
 # --------------------------------------------------------------------------- fixtures
 
 
-@pytest.mark.parametrize(
-    ("loader", "count", "kind"),
-    [
-        (ds.load_aime24, 4, "math"),
-        (ds.load_aime25, 3, "math"),
-        (ds.load_gpqa, 4, "gpqa"),
-        (ds.load_livecodebench, 3, "code"),
-    ],
-)
-def test_fixtures_load(loader, count: int, kind: str) -> None:
-    problems = loader("fixture")
-    assert len(problems) == count
-    assert all(isinstance(p, Problem) and p.kind == kind and p.prompt for p in problems)
+@pytest.mark.parametrize("bench", BENCHMARKS.values(), ids=list(BENCHMARKS))
+def test_fixtures_load(bench: Benchmark) -> None:
+    """Every registered benchmark's fixture loads through its loader, as problems of its kind read from that file."""
+    problems = bench.loader("fixture")
+    count = len(problems)
+    assert count >= 2
+    assert all(isinstance(p, Problem) and p.kind == bench.kind and p.prompt for p in problems)
+    assert {p.metadata["source"] for p in problems} == {str(bench.fixture)}  # "fixture" is the registered file
     assert len({p.id for p in problems}) == count
-    assert len(loader("fixture", limit=2)) == 2
-    assert loader("fixture", limit=0) == []
+    assert len(bench.loader("fixture", limit=2)) == 2
+    assert bench.loader("fixture", limit=0) == []
+
+
+def test_the_fixtures_hold_the_problems_the_tests_expect() -> None:
+    expected = {"aime24": 4, "aime25": 3, "gpqa": 4, "livecodebench": 3}
+    assert {name: len(registry.load(name, path="fixture")) for name in expected} == expected
 
 
 def test_aime_fixture_keeps_leading_zero_target_and_prompts_for_a_box() -> None:
@@ -64,9 +66,9 @@ def test_aime_fixture_keeps_leading_zero_target_and_prompts_for_a_box() -> None:
 
 
 def test_load_dispatch_and_bad_arguments() -> None:
-    assert [p.id for p in ds.load("aime25", path="fixture")] == ["0", "1", "2"]
+    assert [p.id for p in registry.load("aime25", path="fixture")] == ["0", "1", "2"]
     with pytest.raises(ValueError, match="unknown benchmark 'aime23'"):
-        ds.load("aime23")
+        registry.load("aime23")
     with pytest.raises(ValueError, match="limit"):
         ds.load_aime24("fixture", limit=-1)
     with pytest.raises(DatasetError, match="no such file"):
@@ -150,7 +152,7 @@ def test_gpqa_shuffle_is_stable_and_depends_on_seed_and_id() -> None:
 
 
 def test_gpqa_local_csv_requires_the_pinned_sha256(tmp_path: Path) -> None:
-    copy = shutil.copy(ds.FIXTURES["gpqa"], tmp_path / "gpqa_diamond.csv")
+    copy = shutil.copy(BENCHMARKS["gpqa"].fixture, tmp_path / "gpqa_diamond.csv")
     with pytest.raises(DatasetError, match=r"sha256 .* is not the expected 41d1213c"):
         ds.load_gpqa(copy)
     assert len(ds.load_gpqa(copy, sha256=None)) == 4
@@ -214,7 +216,7 @@ def test_lcb_bad_arguments() -> None:
 
 
 def test_lcb_directory_uses_the_release_files(tmp_path: Path) -> None:
-    shutil.copy(ds.FIXTURES["livecodebench"], tmp_path / "test6.jsonl")
+    shutil.copy(BENCHMARKS["livecodebench"].fixture, tmp_path / "test6.jsonl")
     (tmp_path / "notes.jsonl").write_text('{"not": "a problem"}\n', encoding="utf-8")
     assert len(ds.load_livecodebench(tmp_path, release="v6")) == 3
     with pytest.raises(DatasetError, match="notes.jsonl: row 0: missing field 'question_id'"):
@@ -232,7 +234,7 @@ def test_lcb_directory_uses_the_release_files(tmp_path: Path) -> None:
     ],
 )
 def test_lcb_broken_rows(tmp_path: Path, field: str, value: str, message: str) -> None:
-    row = json.loads(ds.FIXTURES["livecodebench"].read_text(encoding="utf-8").splitlines()[0])
+    row = json.loads(BENCHMARKS["livecodebench"].fixture.read_text(encoding="utf-8").splitlines()[0])
     row[field] = value
     path = _write_jsonl(tmp_path / "lcb.jsonl", [row])
     with pytest.raises(DatasetError, match=message) as info:

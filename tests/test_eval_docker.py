@@ -28,7 +28,7 @@ def kill_containers_once_busy(stop: threading.Event, killed: list[str]) -> None:
     """Kill every sandbox container 1.5 s after the first tool call started (once)."""
     import docker
 
-    from sandboxes.docker_backend import LABEL
+    from sandboxes.docker.policy import LABEL
 
     client = docker.from_env()
     deadline = time.monotonic() + 60

@@ -345,7 +345,7 @@ def test_lengths_follow_openrlhf_max_len_and_max_new_tokens(runs):
 
 
 def test_reward_scores_and_logs_are_right(runs, tokenizer):
-    from sandboxes.local import LocalSandbox
+    from sandboxes.local.sandbox import LocalSandbox
 
     items = {i.id: i for i in _items()}
 

@@ -324,7 +324,7 @@ async def test_hostile_program(case: Hostile, backend: str, backends, sandboxes,
     # the host is untouched: no process left, no file in /, no connection to its loopback
     await _assert_no_leftovers()
     if backend == "local" and sandbox.uid is not None:
-        from sandboxes.local import _pids_of_uid
+        from sandboxes.local.sandbox import _pids_of_uid
 
         assert _pids_of_uid(sandbox.uid) == []
     assert not os.path.exists(ROOT_FILE)
@@ -359,7 +359,7 @@ async def test_no_zombies_or_stray_processes_in_the_container(backends, sandboxe
 
 @pytest.mark.docker
 async def test_container_killed_from_outside_mid_call() -> None:
-    from sandboxes.docker_backend import DockerSandbox
+    from sandboxes.docker.sandbox import DockerSandbox
 
     sb = await DockerSandbox().start()
     try:

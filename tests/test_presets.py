@@ -9,9 +9,13 @@ import pytest
 from inspect_ai import eval as inspect_eval
 
 from harness.benchmarks.presets import PRESETS, EvalProtocol, resolve
+from harness.benchmarks.registry import BENCHMARKS
 from harness.reports.compare import arm_from_log
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The registered benchmarks by problem kind.
+ROLLBACK_ON = [name for name, b in BENCHMARKS.items() if b.kind in ("math", "gpqa")]
+CODE = [name for name, b in BENCHMARKS.items() if b.kind == "code"]
 
 
 def _load(task: str, **args):
@@ -23,7 +27,7 @@ def _load(task: str, **args):
     return getattr(module, task)(data="fixture", sandbox="local", **args)
 
 
-@pytest.mark.parametrize("task", ["aime24", "aime25", "gpqa"])
+@pytest.mark.parametrize("task", ROLLBACK_ON)
 def test_paper_preset_runs_math_and_gpqa_with_rollback_on(task: str) -> None:
     t = _load(task, preset="cleaner-paper")
     protocol = t.metadata["protocol"]
@@ -34,12 +38,13 @@ def test_paper_preset_runs_math_and_gpqa_with_rollback_on(task: str) -> None:
     assert t.epochs == 16
 
 
-def test_paper_preset_runs_livecodebench_with_rollback_off_and_ten_samples() -> None:
-    t = _load("livecodebench", preset="cleaner-paper")
+@pytest.mark.parametrize("task", CODE)
+def test_paper_preset_runs_code_with_rollback_off_and_ten_samples(task: str) -> None:
+    t = _load(task, preset="cleaner-paper")
     assert t.metadata["saar"] is False and t.epochs == 10 and t.metadata["protocol"]["epochs"] == 10
 
 
-@pytest.mark.parametrize(("task", "epochs"), [("aime24", 32), ("aime25", 32), ("gpqa", 32), ("livecodebench", 10)])
+@pytest.mark.parametrize(("task", "epochs"), [(name, 10 if b.kind == "code" else 32) for name, b in BENCHMARKS.items()])
 def test_the_7b_preset_runs_every_benchmark_with_rollback_off(task: str, epochs: int) -> None:
     """The reference's 7B scripts: AIME/GPQA 32 samples, LiveCodeBench 10, rollback off, the same sampling."""
     t = _load(task, preset="cleaner-paper-7b")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.benchmarks import datasets as ds
+from harness.benchmarks import registry
 from harness.core import prompts
 from harness.core.prompts import (
     DEFAULT_TEMPLATES_PATH,
@@ -101,9 +102,9 @@ def test_the_default_file_renders_what_the_functions_render() -> None:
     ],
 )
 def test_fixture_prompts_are_unchanged(benchmark: str, digest: str) -> None:
-    default = ds.load(benchmark, path="fixture")
+    default = registry.load(benchmark, path="fixture")
     assert _sha("\x00".join(p.prompt for p in default)) == digest
-    explicit = ds.load(benchmark, path="fixture", templates=load_prompt_templates(DEFAULT_TEMPLATES_PATH))
+    explicit = registry.load(benchmark, path="fixture", templates=load_prompt_templates(DEFAULT_TEMPLATES_PATH))
     assert explicit == default
 
 
@@ -186,7 +187,7 @@ def test_loaders_render_with_the_given_templates(tmp_path: Path) -> None:
     )
     (aime,) = ds.load_aime24("fixture", limit=1, templates=templates)
     assert aime.prompt == "M " + aime.metadata["problem"].strip()
-    gpqa = ds.load("gpqa", path="fixture", limit=1, templates=templates)[0]
+    gpqa = registry.load("gpqa", path="fixture", limit=1, templates=templates)[0]
     assert gpqa.prompt == f"G[{gpqa.metadata['domain']}] " + prompts.gpqa_problem(
         gpqa.metadata["question"], gpqa.metadata["choices"]
     )

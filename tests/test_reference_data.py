@@ -16,6 +16,7 @@ import pytest
 
 from harness.benchmarks import datasets as ds
 from harness.benchmarks import reference_data as ref
+from harness.benchmarks import registry
 from harness.benchmarks.datasets import DatasetError
 from harness.benchmarks.lcb import fn_name_of, grade_completion, problem_tests
 from harness.core.prompts import load_prompt_templates
@@ -147,7 +148,7 @@ def test_limit_and_reference_data_through_every_loader(files: dict[str, Path]) -
     assert [p.id for p in ds.load_aime25(str(files["aime25"]), limit=1)] == ["fx-25-1"]
     assert [p.target for p in ds.load_gpqa(files["gpqa"])] == ["B", "C"]  # no sha256 check, no shuffle
     assert [p.id for p in ds.load_livecodebench(files["livecodebench"])] == ["fx_sum", "LiveCodeBench_v6-1"]
-    assert [p.id for p in ds.load("aime25", path=files["aime25"])] == ["fx-25-1", "fx-25-2"]
+    assert [p.id for p in registry.load("aime25", path=files["aime25"])] == ["fx-25-1", "fx-25-2"]
 
 
 def test_upstream_schema_parquet_still_reads_as_upstream(tmp_path: Path) -> None:
@@ -240,7 +241,7 @@ def test_broken_rows_are_named(tmp_path: Path, benchmark: str, row: dict[str, An
     first = ROWS[benchmark]()[0]
     path = _parquet(tmp_path / "broken.parquet", [first, {**first, **row}])
     with pytest.raises(DatasetError, match=message) as info:
-        ds.load(benchmark, path=path)
+        registry.load(benchmark, path=path)
     assert "broken.parquet" in str(info.value)
 
 

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from harness.__main__ import main
+from harness.benchmarks.registry import NAMES
 from harness.reports.regression import BASELINES_DIR, BaselineError, load_baseline, regression
 
 T, E = logs.trajectory, logs.event
@@ -143,7 +144,7 @@ def test_bundled_baselines_are_valid():
     assert files, f"no baselines in {BASELINES_DIR}"
     loaded = [load_baseline(f) for f in files]
     pairs = {(b.task, b.saar) for b in loaded if b.model.startswith("replay/")}
-    assert pairs == {(t, s) for t in ("aime24", "aime25", "gpqa", "livecodebench") for s in (False, True)}
+    assert pairs == {(t, s) for t in NAMES for s in (False, True)}  # both arms of every registered benchmark
     assert all(b.metrics for b in loaded)
     assert any(b.model.startswith("embedded/") and b.generate.get("temperature") == 0 for b in loaded)
 

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.asyncio(loop_scope="module")]
 
 @pytest_asyncio.fixture(loop_scope="module", scope="module")
 async def backend():
-    from sandboxes.docker_backend import DockerBackend
+    from sandboxes.docker.pool import DockerBackend
 
     b = DockerBackend(pool_size=1)
     yield b
@@ -189,7 +189,7 @@ async def test_spares_are_not_reachable_through_proc(sandbox) -> None:
 
 
 async def test_fresh_workdir_option_empties_it_per_call() -> None:
-    from sandboxes.docker_backend import DockerSandbox
+    from sandboxes.docker.sandbox import DockerSandbox
 
     sb = await DockerSandbox(fresh_workdir=True).start()
     try:
@@ -225,7 +225,7 @@ async def test_files_and_processes_cleared_on_release(backend) -> None:
 
 
 async def test_stateful_mode_keeps_variables_and_says_when_lost() -> None:
-    from sandboxes.docker_backend import DockerSandbox
+    from sandboxes.docker.sandbox import DockerSandbox
 
     sb = await DockerSandbox(stateful=True).start()
     try:
@@ -248,7 +248,7 @@ async def test_stateful_mode_keeps_variables_and_says_when_lost() -> None:
 
 
 async def test_exec_transport_works() -> None:
-    from sandboxes.docker_backend import DockerSandbox
+    from sandboxes.docker.sandbox import DockerSandbox
 
     sb = await DockerSandbox(transport="exec").start()
     try:
@@ -262,7 +262,7 @@ async def test_exec_transport_works() -> None:
 
 
 async def test_pool_gives_distinct_containers_and_bounds_them() -> None:
-    from sandboxes.docker_backend import DockerBackend
+    from sandboxes.docker.pool import DockerBackend
 
     b = DockerBackend(max_containers=2)
     try:
@@ -277,7 +277,7 @@ async def test_pool_gives_distinct_containers_and_bounds_them() -> None:
         results = await asyncio.gather(second.run_python("print(2)"), got.run_python("print(3)"))
         assert [r.stdout for r in results] == ["2\n", "3\n"]
         ids = [second.container_id, got.container_id]
-        from sandboxes.docker_backend import DockerSandbox
+        from sandboxes.docker.sandbox import DockerSandbox
 
         with pytest.raises(ValueError, match="acquired from this backend"):
             await b.release(DockerSandbox())  # never acquired here
@@ -294,7 +294,8 @@ async def test_pool_gives_distinct_containers_and_bounds_them() -> None:
 async def test_idle_containers_are_trimmed() -> None:
     import docker
 
-    from sandboxes.docker_backend import LABEL, DockerBackend
+    from sandboxes.docker.policy import LABEL
+    from sandboxes.docker.pool import DockerBackend
 
     client = docker.from_env()
 
@@ -325,7 +326,7 @@ async def test_idle_containers_are_trimmed() -> None:
 
 async def test_get_backend_builds_the_docker_backend() -> None:
     from sandboxes.backends import get_backend
-    from sandboxes.docker_backend import DockerBackend
+    from sandboxes.docker.pool import DockerBackend
 
     b = get_backend("docker", memory="256m")
     assert isinstance(b, DockerBackend) and b.config.memory == "256m"
@@ -336,7 +337,7 @@ async def test_get_backend_builds_the_docker_backend() -> None:
 
 
 async def test_dead_container_is_a_sandbox_failure_and_is_replaced() -> None:
-    from sandboxes.docker_backend import DockerSandbox
+    from sandboxes.docker.sandbox import DockerSandbox
 
     sb = await DockerSandbox().start()
     try:
@@ -352,7 +353,7 @@ async def test_dead_container_is_a_sandbox_failure_and_is_replaced() -> None:
 
 
 async def test_missing_image_is_a_clear_error() -> None:
-    from sandboxes.docker_backend import DockerBackend
+    from sandboxes.docker.pool import DockerBackend
 
     b = DockerBackend(image="cleaner-sandbox:does-not-exist")
     with pytest.raises(RuntimeError, match="python -m sandboxes.image build"):
@@ -380,7 +381,7 @@ async def test_duration_is_measured(sandbox) -> None:
 
 
 async def test_a_cancelled_call_leaves_the_sandbox_usable() -> None:
-    from sandboxes.docker_backend import DockerSandbox
+    from sandboxes.docker.sandbox import DockerSandbox
 
     sb = await DockerSandbox().start()
     try:

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import pytest
 
-import sandboxes.isolation as isolation
-import sandboxes.local_policy as local_policy
+import sandboxes.local.isolation as isolation
+import sandboxes.local.policy as local_policy
 from sandboxes.base import KILLED, MEMORY, NONZERO_EXIT, OUTPUT_LIMIT, TIMEOUT, Sandbox
 from sandboxes.errors import SEGFAULT, classify, exception_name
-from sandboxes.isolation import UNISOLATED_ENV, IsolationUnavailable, find_bwrap
-from sandboxes.local import LocalConfig, LocalSandbox, _pids_of_uid
-from sandboxes.local_procs import run_fenced
+from sandboxes.local.isolation import UNISOLATED_ENV, IsolationUnavailable, find_bwrap
+from sandboxes.local.procs import run_fenced
+from sandboxes.local.sandbox import LocalConfig, LocalSandbox, _pids_of_uid
 
 IS_ROOT = os.geteuid() == 0
 
@@ -168,7 +168,7 @@ async def test_the_sweep_after_a_timeout_runs_off_the_event_loop(
     of the process (the soak at 64 clients: 0.5 s timeouts answered after 5-7 s)."""
     import threading
 
-    import sandboxes.local_procs as procs
+    import sandboxes.local.procs as procs
 
     sweeps, sweep = [], procs.kill_uid
     monkeypatch.setattr(procs, "kill_uid", lambda uid: sweeps.append(threading.current_thread()) or sweep(uid))
@@ -218,7 +218,7 @@ async def test_the_program_runs_under_its_limits_and_niceness_set_by_prlimit_or_
 ) -> None:
     """In bwrap ``prlimit`` sets the limits in the command line (so that Python can vfork instead of copying this
     process); without util-linux, or unisolated, the child sets them: the same limits either way."""
-    import sandboxes.local_policy as policy
+    import sandboxes.local.policy as policy
 
     if not prlimit:
         monkeypatch.setattr(policy, "find_prlimit", lambda: None)
@@ -253,7 +253,7 @@ async def test_a_programs_output_depends_only_on_the_program(
 ) -> None:
     """The same program prints the same text in every call and every sandbox, so that a seeded rollout repeats
     (a rerun of the warm model's build diverged on ``<generator object <genexpr> at 0x7fc9a581eea0>``)."""
-    import sandboxes.local_policy as policy
+    import sandboxes.local.policy as policy
 
     if not prlimit:
         monkeypatch.setattr(policy, "find_prlimit", lambda: None)
@@ -346,7 +346,7 @@ async def test_a_program_that_ends_by_itself_leaves_nothing_and_needs_no_sweep(
     returns as soon as the program has, while its init may still be killing the rest."""
     if strong.isolation != "bwrap":
         pytest.skip("the namespace's end is seen only under bwrap")
-    import sandboxes.local_procs as procs
+    import sandboxes.local.procs as procs
 
     sweeps, sweep = [], procs.kill_leftovers
     monkeypatch.setattr(procs, "kill_leftovers", lambda pid, uid: sweeps.append(pid) or sweep(pid, uid))
@@ -440,10 +440,10 @@ async def test_closed_sandbox_refuses_and_cleans_up() -> None:
 
 async def test_a_new_backend_removes_what_a_killed_process_left_and_nothing_else() -> None:
     """SIGKILL runs no clean-up: the next backend removes a dead owner's sandbox directory, not a live one's."""
-    from sandboxes.local_pool import LocalBackend
+    from sandboxes.local.pool import LocalBackend
 
     program = (
-        "import sys; from sandboxes.local import LocalSandbox; box = LocalSandbox(); "
+        "import sys; from sandboxes.local.sandbox import LocalSandbox; box = LocalSandbox(); "
         "print(box.workdir.parent, flush=True); sys.stdin.read()"
     )
     child = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

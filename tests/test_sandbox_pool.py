@@ -17,15 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes import docker_engine
-from sandboxes.docker_backend import (
-    ACQUIRE_TIMEOUT_ENV,
-    LABEL,
-    MAX_CONTAINERS_ENV,
-    DockerBackend,
-    PoolExhausted,
-    owner_labels,
-)
+from sandboxes.docker import engine as docker_engine
+from sandboxes.docker.policy import ACQUIRE_TIMEOUT_ENV, LABEL, MAX_CONTAINERS_ENV
+from sandboxes.docker.pool import DockerBackend, PoolExhausted
+from sandboxes.owner import owner_labels
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +48,7 @@ def _dead_pid() -> int:
 
 
 def test_the_cpu_quota_is_enforced_per_10_ms() -> None:
-    from sandboxes.docker_policy import DockerConfig, container_spec
+    from sandboxes.docker.policy import DockerConfig, container_spec
 
     spec = container_spec(DockerConfig(cpus=1.5), "img")
     assert (spec["cpu_quota"], spec["cpu_period"]) == (15_000, 10_000) and "nano_cpus" not in spec
@@ -74,6 +69,54 @@ def test_only_a_dead_owner_on_this_host_makes_an_orphan() -> None:
     for key, other in (("host", "another-host"), ("boot", "another-boot"), ("pidns", "pid:[1]")):
         assert not docker_engine.orphaned({**dead, f"{LABEL}.owner.{key}": other}), key
     assert not docker_engine.orphaned({LABEL: "1"}), "no owner labels: not provably ours"
+
+
+def test_the_container_runs_the_worker_main_by_its_module_name() -> None:
+    """The worker's command names the module whose ``main()`` the container runs: it is the worker's main."""
+    import importlib
+
+    from sandboxes.docker import policy
+    from sandboxes.docker.worker import main as worker_main
+
+    assert policy.WORKER_MAIN == worker_main.__name__ == "sandboxes.docker.worker.main"
+    assert importlib.import_module(policy.WORKER_MAIN).main is worker_main.main
+    assert all(importlib.import_module(name) for name in policy.WORKER_MODULES)
+    command = policy.worker_command(policy.DockerConfig())
+    assert command[:3] == ["python3", "-c", policy.WORKER_SOURCE]
+    assert f"sys.modules[{policy.WORKER_MAIN!r}].main()" in policy.WORKER_SOURCE
+
+
+def test_the_worker_command_runs_from_its_own_sources(tmp_path: Path) -> None:
+    """The loader alone (no project on the path, as in the image) starts the worker, which answers a ping and runs
+    a program; the worker brings nothing of the project but its own modules."""
+    import base64
+
+    from sandboxes.docker.policy import WORKER_MODULES, WORKER_SOURCE
+    from sandboxes.docker.worker.wire import LEN
+
+    def frame(request: dict) -> bytes:
+        body = json.dumps(request).encode()
+        return LEN.pack(len(body)) + body
+
+    code = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in ('sandboxes', 'harness')))"
+    config = {"preload": [], "workdir": str(tmp_path / "work"), "scratch": [], "spares": 1, "hugepages": False}
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", WORKER_SOURCE, json.dumps(config)],
+        input=frame({"op": "ping", "id": 1}) + frame({"op": "run", "id": 2, "code": code, "timeout": 30}),
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    answers, out = [], proc.stdout
+    while out:
+        size = LEN.unpack(out[:4])[0]
+        answers.append(json.loads(out[4 : 4 + size]))
+        out = out[4 + size :]
+    assert [a["id"] for a in answers] == [1, 2] and answers[0]["ok"], answers
+    assert answers[1]["exit_code"] == 0, answers[1]
+    loaded = json.loads(base64.b64decode(answers[1]["stdout"]).decode().replace("'", '"'))
+    assert loaded == sorted({"sandboxes", "sandboxes.docker", "sandboxes.docker.worker", *WORKER_MODULES})
 
 
 # ------------------------------------------------------------------ with an engine
@@ -110,7 +153,7 @@ def _containers(**labels: str) -> list[str]:
 
 _HOLDER = """
 import asyncio, faulthandler, signal, sys
-from sandboxes.docker_backend import DockerBackend
+from sandboxes.docker.pool import DockerBackend
 
 # SIGINT as a terminal delivers it: a test runner started as a background job passes SIGINT on ignored
 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -158,7 +201,7 @@ def test_a_signalled_process_removes_its_containers(signum: int) -> None:
 async def test_a_new_backend_reaps_a_dead_processes_containers_only() -> None:
     import docker as sdk
 
-    from sandboxes.docker_policy import DockerConfig, container_spec
+    from sandboxes.docker.policy import DockerConfig, container_spec
     from sandboxes.image import image_tag
 
     client = sdk.from_env()
@@ -225,7 +268,7 @@ async def test_a_call_waits_at_most_ready_timeout_for_a_replacement_container() 
     import asyncio
     import time
 
-    from sandboxes.docker_sandbox import DockerSandbox
+    from sandboxes.docker.sandbox import DockerSandbox
 
     sandbox = DockerSandbox(client=object(), image="unused", ready_timeout=0.3)
     starts = []

@@ -21,7 +21,7 @@ from inspect_ai.util import sandbox
 import sandboxes.inspect_provider  # noqa: F401 - registers the "cleaner" sandbox
 from sandboxes.backends import LocalBackend, get_backend, resolve_backend_name
 from sandboxes.inspect_provider import CleanerSandboxConfig, structured
-from sandboxes.local import LocalSandbox
+from sandboxes.local.sandbox import LocalSandbox
 
 
 @solver
@@ -156,7 +156,8 @@ async def test_local_backend_pools_and_resets() -> None:
 
 
 def test_docker_pool_is_bounded_by_default_and_by_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sandboxes.docker_backend import MAX_CONTAINERS_ENV, DockerBackend, default_max_containers
+    from sandboxes.docker.policy import MAX_CONTAINERS_ENV, default_max_containers
+    from sandboxes.docker.pool import DockerBackend
 
     monkeypatch.delenv(MAX_CONTAINERS_ENV, raising=False)
     unconfigured = DockerBackend()  # makes no container: the engine is needed only at the first acquire

@@ -36,7 +36,7 @@ def test_judge_tells_a_kill_from_the_programs_failure() -> None:
 
 
 def test_soak_local_with_its_bwrap_processes_killed(capsys: pytest.CaptureFixture[str]) -> None:
-    from sandboxes.local import LocalSandbox
+    from sandboxes.local.sandbox import LocalSandbox
 
     sandbox = LocalSandbox()
     try:

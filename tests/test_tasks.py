@@ -1,4 +1,5 @@
-"""The four Inspect tasks end to end with the replay model, SAAR on and off, in the real local sandbox."""
+"""Every registered benchmark's Inspect task end to end with the replay model, SAAR on and off, in the real local
+sandbox (each has a replay script, harness/data/replay/<name>.yaml)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai.log import EvalLog
 
+from harness.benchmarks.registry import NAMES
+
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = ["aime24", "aime25", "gpqa", "livecodebench"]
+TASKS = list(NAMES)
 
 
 def run(task: str, saar: bool, tmp_path: Path) -> EvalLog:
@@ -87,7 +90,7 @@ def test_scores_of_the_replayed_answers(logs):
     assert accuracy(logs[("livecodebench", False)]) == [1.0, 1.0, 1.0]
 
 
-def test_inspect_lists_the_four_tasks():
+def test_inspect_lists_every_task():
     out = subprocess.run(
         [sys.executable, "-m", "inspect_ai", "list", "tasks", "tasks"],
         cwd=ROOT,

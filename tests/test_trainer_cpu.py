@@ -14,7 +14,8 @@ from harness.core.metrics import first_attempts  # noqa: E402
 from harness.core.rollout import Trajectory  # noqa: E402
 from harness.core.saar import SaarEvent  # noqa: E402
 from trainers.core.recipes import load_recipe  # noqa: E402
-from trainers.cpu.ablation import AblationConfig, run_name, summarize, write_report  # noqa: E402
+from trainers.cpu.ablation_config import AblationConfig, run_name  # noqa: E402
+from trainers.cpu.ablation_report import summarize, write_report  # noqa: E402
 from trainers.cpu.trainer import CpuConfig, shared_prompt_logps, train_cpu  # noqa: E402
 
 TINY = """
@@ -375,7 +376,8 @@ def test_ablation_rejects_bad_options():
 def test_the_ablation_runs_both_arms_on_the_engine_asked_for():
     import argparse
 
-    from trainers.cpu.ablation import add_arguments, arm_recipe, config_from_args
+    from trainers.cpu.ablation import arm_recipe
+    from trainers.cpu.ablation_config import add_arguments, config_from_args
 
     recipe = load_recipe("cpu-ablation")
     on, off = (arm_recipe(recipe, arm, 1, 3, "vllm") for arm in ("on", "off"))

@@ -43,7 +43,7 @@ class _Backend:
     """acquire/release over one real sandbox (the shape of sandboxes.backends.Backend)."""
 
     def __init__(self) -> None:
-        from sandboxes.local import LocalSandbox  # no fallback: a broken local backend must fail these tests
+        from sandboxes.local.sandbox import LocalSandbox  # no fallback: a broken local backend must fail these tests
 
         self.sandbox: Sandbox = LocalSandbox()
         self.acquired = self.released = 0

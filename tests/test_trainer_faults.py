@@ -37,7 +37,7 @@ class _DyingSandbox(Sandbox):
     backend = "dying"
 
     def __init__(self, failures: int) -> None:
-        from sandboxes.local import LocalSandbox
+        from sandboxes.local.sandbox import LocalSandbox
 
         self.real = LocalSandbox()
         self.failures = failures

@@ -16,12 +16,13 @@ import pytest
 from inspect_ai import eval as inspect_eval
 from inspect_ai.log import EvalLog, EvalSample, resolve_sample_attachments
 
+from harness.benchmarks.registry import NAMES
 from harness.core.problems import rollout_config
 from harness.core.rollout import to_assistant
 from harness.evals.convert import to_generation
 
 ROOT = Path(__file__).resolve().parents[1]
-TASKS = ["aime24", "aime25", "gpqa", "livecodebench"]
+TASKS = list(NAMES)
 REGENERATED = ("shallow", "deep", "no_call", "length")
 
 

@@ -9,14 +9,8 @@ from tiny_models import tiny_lora_model
 
 from harness.benchmarks.generators import generate
 from harness.core import protocol
-from trainers.warmup.build import (
-    Example,
-    _batch_loss,
-    build_demonstrations,
-    epoch_batches,
-    error_summary,
-    trained_tokens,
-)
+from trainers.warmup.demonstrations import build_demonstrations, error_summary
+from trainers.warmup.sft import Example, _batch_loss, epoch_batches, trained_tokens
 
 
 def test_shared_prefix_loss_equals_the_plain_loss_and_its_gradients():
@@ -122,7 +116,8 @@ def test_the_sfts_manifest_records_the_host_its_arithmetic_ran_on(tmp_path):
     rebuild here gives them back (results/warmup/float32/rebuild-faster/): a new SFT records what a round records."""
     import json
 
-    from trainers.warmup.build import WarmupConfig, host, save_adapter
+    from trainers.warmup.artifacts import host, save_adapter
+    from trainers.warmup.config import WarmupConfig
 
     out = save_adapter(
         tiny_lora_model(), WarmupConfig(out=str(tmp_path / "sft")), [], [1.0, 0.5], data_s=1.0, train_s=2.0,

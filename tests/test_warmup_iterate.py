@@ -23,7 +23,7 @@ from harness.core.problems import rollout_config
 from harness.core.rollout import rollout
 from harness.core.saar import SaarConfig, SaarEvent
 from harness.engines.models import ADAPTERS_DIR, TOOLS_NAME
-from trainers.warmup.build import Example, FitSettings, batch_step, fit, frozen_weights_in_bf16, host
+from trainers.warmup.artifacts import host
 from trainers.warmup.iterate import (
     IterateConfig,
     examples_digest,
@@ -33,6 +33,7 @@ from trainers.warmup.iterate import (
     sample_round,
 )
 from trainers.warmup.selection import Recorder, Sampled, differs, select
+from trainers.warmup.sft import Example, FitSettings, batch_step, fit, frozen_weights_in_bf16
 
 PROBLEM = GeneratedProblem("t-0-0000-modular", "modular", "What is 7 * 6?", "42", "print(7 * 6)")
 BROKEN = "print(undefined_name)"
@@ -182,7 +183,7 @@ async def test_the_search_keeps_a_different_call_that_runs_after_a_failure_saar_
 
 async def test_distillation_puts_the_generators_program_after_each_failure_saar_did_not_correct(box):
     from sandboxes.backends import get_backend
-    from trainers.warmup.build import DemonstrationError
+    from trainers.warmup.demonstrations import DemonstrationError
     from trainers.warmup.reference import reference_corrections
     from trainers.warmup.search import failure_points
 
@@ -211,7 +212,7 @@ async def test_distillation_puts_the_generators_program_after_each_failure_saar_
 
 async def test_distillation_with_finish_goes_on_to_the_programs_output_and_the_answer(box):
     from sandboxes.backends import get_backend
-    from trainers.warmup.build import DemonstrationError
+    from trainers.warmup.demonstrations import DemonstrationError
     from trainers.warmup.reference import reference_corrections
     from trainers.warmup.search import failure_points
 
@@ -241,7 +242,7 @@ async def test_distillation_with_finish_goes_on_to_the_programs_output_and_the_a
 async def test_a_corrections_loss_lies_on_the_corrected_turn_only(box):
     """With the real tokenizer: the labels are exactly the corrected turn's tokens."""
     from harness.engines.models import load_model
-    from trainers.warmup.build import tokenize
+    from trainers.warmup.sft import tokenize
 
     purified = await sampled(box, call(BROKEN), call(RIGHT, "Fixed."), "So \\boxed{42}.", saar=True)
     correction = [s for s in select([purified]) if s.source == "correction_saar"][0]

@@ -51,7 +51,7 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainers", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("launch", help="turn a recipe into the OpenRLHF command and run it (or print it)")
@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         "(adapters in results/warmup/expert-iteration/round-<k>/, the committed adapter is read, never written; "
         "see docs/models.md). Measure them: python -m trainers warmup-measure --models <dirs> --engine vllm --saar.",
     )
-    from trainers.warmup.build import add_arguments
+    from trainers.warmup.config import add_arguments as add_warmup_arguments
 
-    add_arguments(p)
+    add_warmup_arguments(p)
     p = sub.add_parser(
         "warmup-measure", add_help=False, help="the warm model on held-out problems and fixtures (see --help)"
     )
@@ -100,9 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         "(see --help)",
     )
     p = sub.add_parser("ablation", help="train with SAAR on and off from the same warm start; write a report")
-    from trainers.cpu import ablation
+    from trainers.cpu.ablation_config import add_arguments as add_ablation_arguments
 
-    ablation.add_arguments(p)
+    add_ablation_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["warmup-measure"]:  # its own parser (and --help)
         from trainers.warmup.measure import main as measure_main
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
         _exit_on_sigterm()  # closes the vLLM engine and the sandboxes
         return iterate_main(argv[1:])
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
 
     try:
         if args.cmd == "launch":
@@ -151,12 +155,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"prompts: {templates.source} (sha256 {templates.sha256})")
             return 0
         if args.cmd == "warmup":
-            from trainers.warmup.build import config_from_args, train
+            from trainers.warmup.build import train
+            from trainers.warmup.config import config_from_args
 
             train(config_from_args(args))
             return 0
         if args.cmd == "ablation":
-            print(ablation.run_ablation(ablation.config_from_args(args)))
+            from trainers.cpu.ablation import run_ablation
+            from trainers.cpu.ablation_config import config_from_args as ablation_config
+
+            print(run_ablation(ablation_config(args)))
             return 0
         if args.cmd == "plot":
             from trainers.core.plot import plot_metrics

@@ -1,11 +1,13 @@
-"""Loaders for the four benchmarks: AIME 2024, AIME 2025, GPQA-Diamond, LiveCodeBench.
+"""Loaders of the benchmarks: AIME 2024, AIME 2025, GPQA-Diamond, LiveCodeBench.
 
-Each loader returns a list of :class:`Problem` and takes ``path``:
+Each benchmark is registered once, with its loader and fixture, in :mod:`harness.benchmarks.registry`
+(which also loads one by name: :func:`harness.benchmarks.registry.load`). Each loader returns a list of
+:class:`Problem` and takes ``path``:
 
 - ``None``: the real dataset from the Hugging Face hub, at a PINNED revision (the
   ``*_REVISION`` constants below), so that a score always refers to the same data;
-- ``"fixture"``: the project's own small fixture in ``harness/data/`` (same schema as
-  upstream, problems written by the project; the GPQA fixture is invented);
+- ``"fixture"``: the project's own small fixture in ``harness/data/`` (the ``*_FIXTURE``
+  constants; same schema as upstream, problems written by the project; the GPQA fixture is invented);
 - a local file (``.jsonl``, ``.json``, ``.csv``, ``.parquet``) or a directory holding
   one, for offline machines that already have the data;
 - a file of the reference implementation's evaluation data (a ``.parquet`` file with a
@@ -74,14 +76,13 @@ LCB_RELEASE_FILES: dict[str, tuple[str, ...]] = {
     "v6": ("test6.jsonl",),
 }
 
+#: The ``path`` that loads the project's fixture of a benchmark.
 FIXTURE = "fixture"
 DATA_DIR = Path(__file__).parents[1] / "data"
-FIXTURES = {
-    "aime24": DATA_DIR / "aime24_fixture.jsonl",
-    "aime25": DATA_DIR / "aime25_fixture.jsonl",
-    "gpqa": DATA_DIR / "gpqa_diamond_fixture.csv",
-    "livecodebench": DATA_DIR / "livecodebench_fixture.jsonl",
-}
+AIME24_FIXTURE = DATA_DIR / "aime24_fixture.jsonl"
+AIME25_FIXTURE = DATA_DIR / "aime25_fixture.jsonl"
+GPQA_FIXTURE = DATA_DIR / "gpqa_diamond_fixture.csv"
+LCB_FIXTURE = DATA_DIR / "livecodebench_fixture.jsonl"
 
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 
@@ -275,6 +276,7 @@ def _load_aime(
     repo: str,
     revision: str,
     split: str,
+    fixture: Path,
     path: str | os.PathLike[str] | None,
     limit: int | None,
     templates: PromptTemplates | None,
@@ -287,7 +289,7 @@ def _load_aime(
     if path is None:
         rows = _load_hub(repo, revision, split)
     else:
-        rows = _read_local(FIXTURES[name] if str(path) == FIXTURE else path)
+        rows = _read_local(fixture if str(path) == FIXTURE else path)
     return _build(rows, _aime_problem(name, chosen), limit)
 
 
@@ -295,14 +297,14 @@ def load_aime24(
     path: str | os.PathLike[str] | None = None, limit: int | None = None, *, templates: PromptTemplates | None = None
 ) -> list[Problem]:
     """AIME 2024 (30 problems; Maxwell-Jia/AIME_2024 schema: ID, Problem, Solution, Answer)."""
-    return _load_aime("aime24", AIME24_REPO, AIME24_REVISION, AIME24_SPLIT, path, limit, templates)
+    return _load_aime("aime24", AIME24_REPO, AIME24_REVISION, AIME24_SPLIT, AIME24_FIXTURE, path, limit, templates)
 
 
 def load_aime25(
     path: str | os.PathLike[str] | None = None, limit: int | None = None, *, templates: PromptTemplates | None = None
 ) -> list[Problem]:
     """AIME 2025 (30 problems; math-ai/aime25 schema: problem, answer, id)."""
-    return _load_aime("aime25", AIME25_REPO, AIME25_REVISION, AIME25_SPLIT, path, limit, templates)
+    return _load_aime("aime25", AIME25_REPO, AIME25_REVISION, AIME25_SPLIT, AIME25_FIXTURE, path, limit, templates)
 
 
 # --------------------------------------------------------------------------- GPQA
@@ -394,7 +396,7 @@ def load_gpqa(
     if path is None:
         rows = _gpqa_hub_rows()
     elif str(path) == FIXTURE:
-        rows = _read_local(FIXTURES["gpqa"])
+        rows = _read_local(GPQA_FIXTURE)
     else:
         p = Path(path).expanduser()
         if p.is_dir():
@@ -514,7 +516,7 @@ def load_livecodebench(
     if path is None:
         rows = _lcb_hub_rows(release)
     else:
-        rows = _read_local(FIXTURES["livecodebench"] if str(path) == FIXTURE else path, LCB_RELEASE_FILES[release])
+        rows = _read_local(LCB_FIXTURE if str(path) == FIXTURE else path, LCB_RELEASE_FILES[release])
     problems = _build(rows, lambda source, index, row: _lcb_problem(source, index, row, chosen), None)
     in_window = [p for p in problems if start <= date.fromisoformat(p.metadata["contest_date"]) <= end]
     return in_window if limit is None else in_window[:limit]
@@ -815,20 +817,3 @@ def load_reference_parquet(
     chosen.require([layout.kind])
     make = _REFERENCE_MAKERS[layout.kind](layout, chosen)
     return _build([(label, index, row) for index, row in enumerate(rows)], make, limit)
-
-
-LOADERS: dict[str, Callable[..., list[Problem]]] = {
-    "aime24": load_aime24,
-    "aime25": load_aime25,
-    "gpqa": load_gpqa,
-    "livecodebench": load_livecodebench,
-}
-
-
-def load(benchmark: str, **kwargs: Any) -> list[Problem]:
-    """Load a benchmark by name (``aime24``, ``aime25``, ``gpqa``, ``livecodebench``); ``kwargs`` go to its loader."""
-    try:
-        loader = LOADERS[benchmark]
-    except KeyError:
-        raise ValueError(f"unknown benchmark {benchmark!r}; choose one of {', '.join(LOADERS)}") from None
-    return loader(**kwargs)

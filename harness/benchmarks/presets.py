@@ -138,8 +138,15 @@ PRESETS: dict[str, dict[Kind, EvalProtocol]] = {
     },
 }
 
-#: The task arguments that are protocol fields (the rest: data, sandbox, seed, preset).
+#: Every protocol field: the settings :func:`resolve` takes.
 PROTOCOL_FIELDS = tuple(f.name for f in fields(EvalProtocol))
+
+#: Protocol fields that only a preset sets, never a task argument (recorded in the log, not enforced).
+PRESET_ONLY_FIELDS = ("max_prompt_tokens",)
+
+#: The protocol fields that are task arguments (``harness.evals.tasks.TaskOptions``; the other task arguments
+#: are the preset, the data, the sandbox and the run's own settings).
+PROTOCOL_ARGUMENTS = tuple(f for f in PROTOCOL_FIELDS if f not in PRESET_ONLY_FIELDS)
 
 
 def resolve(preset: str | None, kind: Kind, **given: Any) -> EvalProtocol:

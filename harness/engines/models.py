@@ -25,13 +25,12 @@ is a plain dense model that can be fine-tuned). transformers refuses ``save_pret
 on a model loaded from GGUF; :func:`materialize` rebuilds it from its config so that
 the trainer can save and fine-tune it.
 
-Reading a GGUF is slow (about 25 s for the 135M model on 2 cores, most of it parsing the
-vocabulary in the file's metadata), while the same weights load from a safetensors
-directory in well under a second. :func:`load_model` therefore materializes a GGUF once
-into a cache directory (``$CLEANER_MODEL_CACHE``, default ``~/.cache/cleaner-harness/models``)
-and loads from there afterwards; the weights are bit-identical. The cache is keyed by the
-file's content (not its path), so every clone and virtualenv that installs the same package
-shares one copy. ``cache=False`` turns this off.
+Reading a GGUF is slow (most of it parsing the vocabulary in the file's metadata), while the same
+weights load from a safetensors directory in well under a second. :func:`load_model` therefore
+materializes a GGUF once into a cache directory (``$CLEANER_MODEL_CACHE``, default
+``~/.cache/cleaner-harness/models``) and loads from there afterwards; the weights are bit-identical.
+The cache is keyed by the file's content (not its path), so every clone and virtualenv that installs
+the same package shares one copy. ``cache=False`` turns this off.
 """
 
 from __future__ import annotations
@@ -298,7 +297,7 @@ def _is_tied(model: PreTrainedModel, key: str) -> bool:
 
 
 def benchmark(spec: str | None = None, *, new_tokens: int = 128, threads: int | None = None) -> dict[str, float]:
-    """Load times and greedy generation speed of a model on this machine (figures, not assertions)."""
+    """Load times and greedy generation speed of a model on the machine it runs on (figures, not assertions)."""
     import time
 
     import torch

@@ -53,8 +53,8 @@ if TYPE_CHECKING:
 LOOPBACK = "127.0.0.1"
 #: bump when the served directory's contents change (chat template, generation config)
 SERVED_FORMAT = "2"
-#: seconds a server may take to load its model and answer /health (2 busy cores: allow a lot);
-#: ``CLEANER_VLLM_START_TIMEOUT`` overrides it (a second engine on the same cores slowed start-up past 270 s)
+#: seconds a server may take to load its model and answer /health (busy cores: allow a lot);
+#: ``CLEANER_VLLM_START_TIMEOUT`` overrides it (a second engine on the same cores slows start-up a lot)
 START_TIMEOUT_S = 300.0
 #: the tool-call parser of vLLM (and SGLang's ``qwen25``) for the Hermes ``<tool_call>`` form
 TOOL_PARSER = "hermes"
@@ -259,9 +259,9 @@ def served_name(name: str | None) -> str:
 
 
 #: vLLM 0.32 on CPU, in one place for ``vllm serve`` (:func:`serve_argv`) and for Inspect's ``vllm/`` provider,
-#: which starts the server from the same keys (``-M key=value``; the README's "GPU command, on CPU").
+#: which starts the server from the same keys (``-M key=value``; docs/models.md, "The GPU command, on CPU").
 CPU_SERVER_ARGS: dict[str, str | int | bool] = {
-    # eager mode: 30 s to start instead of 90, the same throughput on CPU
+    # eager mode: a much faster start than compiled, the same throughput on CPU
     "enforce_eager": True,
     # a seeded request whose prefill is chunked kills the engine ("CPU Generator does not use offset",
     # gpu_model_runner._bookkeeping_sync rewinds the request's generator): whole prefills only
@@ -306,9 +306,8 @@ def serve_argv(
 
 
 #: Lets vLLM's CPU platform keep the ``uni`` executor (the model in the engine-core process) instead of adding a
-#: worker process, whose message queue with the engine core spins on the second core (about 2/3 of it), the core
-#: the harness, its sandboxes or the trainer need. A server's API process still has its engine core apart (AsyncLLM
-#: always does). Measured in docs/ablation.md#the-demo and docs/training.md (rollouts 29% faster, same tokens).
+#: worker process, whose message queue with the engine core spins on the second core, the core the harness, its
+#: sandboxes or the trainer need. A server's API process still has its engine core apart (AsyncLLM always does).
 ONE_ENGINE_PROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 
@@ -351,11 +350,10 @@ def server_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a vLLM process on CPU: offline, no usage statistics sent anywhere, a KV cache, Intel's
     OpenMP runtime.
 
-    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) is required on CPU (2 GiB holds ~93k tokens of the 135M model);
-    a value the user set is kept. OpenMP thread binding is left at vLLM's default (binding both
-    cores measured 4x slower). ``libiomp5.so`` goes into ``LD_PRELOAD``, as vLLM's CPU guide asks (its engine
-    warns without it): with a sandbox-like load on the second core the server generated 34% more tokens/s
-    (136 vs 102, 4 rounds each, docs/ablation.md), 8% more on an idle machine.
+    ``VLLM_CPU_KVCACHE_SPACE`` (GiB) is required on CPU (default 2); a value the user set is kept. OpenMP
+    thread binding is left at vLLM's default (it computes on one core and leaves the other to the harness).
+    ``libiomp5.so`` goes into ``LD_PRELOAD``, as vLLM's CPU guide asks (its engine warns without it; the server
+    is faster with it, most of all beside a sandbox-like load: docs/results.md).
     """
     env = dict(os.environ if base is None else base)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")

@@ -1,11 +1,11 @@
 """``vllm serve``, started before its model directory exists: vLLM's imports first, then the directory.
 
-On a fresh machine vLLM's API server spends about 20 s importing before it reads its model, while
-the project spends about 40 s writing the served directory (the GGUF parsed, the LoRA merged). On
-two cores the two can run at once: :class:`harness.engines.serve.Server` starts this launcher, writes
-the directory, and the launcher hands over to ``vllm serve`` as soon as the directory's
-``config.json`` is there (:func:`harness.engines.models.save_to_cache` renames a complete directory
-into place, so the file means the directory is whole)::
+On a fresh machine vLLM's API server spends a while importing before it reads its model, while the
+project writes the served directory (the GGUF parsed, the LoRA merged). The two can run at once:
+:class:`harness.engines.serve.Server` starts this launcher, writes the directory, and the launcher hands
+over to ``vllm serve`` as soon as the directory's ``config.json`` is there
+(:func:`harness.engines.models.save_to_cache` renames a complete directory into place, so the file means
+the directory is whole)::
 
     python -m harness.engines.vllm_launch --when <dir>/config.json -- serve <dir> --host 127.0.0.1 ...
 

@@ -109,7 +109,7 @@ async def run_offline(engine: Any, tokenizer: Any, concurrency: int, args: argpa
     from harness.core.problems import rollout_config
     from harness.core.rollout import rollout
     from harness.core.seeds import trajectory_seed
-    from sandboxes.local import LocalSandbox
+    from sandboxes.local.sandbox import LocalSandbox
 
     problems = load_aime24("fixture")
     epochs = max(1, args.samples // 4)
@@ -201,12 +201,14 @@ def bench(args: argparse.Namespace) -> list[Figures]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.evals.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-tools", help="smollm2-tools (default), smollm2, a dir or .gguf")
-    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES)
-    parser.add_argument("--concurrency", nargs="+", type=int, default=[1, 4, 8, 16])
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES, help="engines to run (all)")
+    parser.add_argument(
+        "--concurrency", nargs="+", type=int, default=[1, 4, 8, 16], help="concurrent samples, one run each"
+    )
     parser.add_argument("--samples", type=int, default=16, help="samples per run (4 fixture problems x samples/4)")
-    parser.add_argument("--max-turns", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-turns", type=int, default=3, help="assistant turns per sample")
+    parser.add_argument("--max-tokens", type=int, default=128, help="tokens per generation")
+    parser.add_argument("--seed", type=int, default=0, help="run seed (per-sample seeds derive from it)")
     parser.add_argument("--log-dir", default=None, help="eval logs and server logs (default: a temporary directory)")
     args = parser.parse_args(argv)
     args.log_dir = args.log_dir or tempfile.mkdtemp(prefix="bench-engines-")

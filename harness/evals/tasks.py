@@ -1,17 +1,23 @@
-"""Building blocks of the four benchmark tasks (``tasks/*.py`` are thin wrappers over these).
+"""The benchmark tasks: their arguments, defined once, and the one builder every ``tasks/<name>.py`` calls.
 
-A task's arguments are its :class:`TaskOptions`: a preset name, the protocol settings
-(:class:`harness.benchmarks.presets.EvalProtocol`; ``None`` means "the preset's, or the default") and
-where it runs (data, sandbox, seed). :func:`benchmark_task` resolves the protocol for the
-task's problem kind and records it, with the preset's name, in the task's metadata (so in
-every eval log).
+A task's arguments are :class:`TaskOptions`' fields: a preset name, the protocol settings
+(:class:`harness.benchmarks.presets.EvalProtocol`; ``None`` means "the preset's, or the default"), where it
+runs (data, sandbox, seed) and how it is measured; a benchmark may add arguments of its own (its
+:class:`~harness.benchmarks.registry.Benchmark` entry's). :data:`ARGUMENT_DOCS` says what each means.
+
+A task file is a few lines: ``@task`` over a function decorated with :func:`task_arguments`, which gives it
+the benchmark's signature (what Inspect reads for ``-T``) and docstring, and whose body returns
+:func:`registered_task`. :func:`benchmark_task` resolves the protocol for the task's problem kind and records
+it, with the preset's name, in the task's metadata (so in every eval log).
 """
 
 from __future__ import annotations
 
+import inspect
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from inspect_ai import Epochs, Task
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -20,10 +26,12 @@ from inspect_ai.scorer import Scorer, ScoreReducer
 from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.benchmarks.datasets import Problem
-from harness.benchmarks.presets import PROTOCOL_FIELDS, EvalProtocol, Judge, resolve
+from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, Judge, resolve
+from harness.benchmarks.registry import Benchmark, benchmark
 from harness.core.problems import Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
 from harness.core.saar import Similarity
+from harness.evals.scorers import code_scorer, gpqa_scorer, math_scorer
 from harness.evals.solver import saar_agent
 from harness.reports.card import protocol_card
 from sandboxes.inspect_provider import CleanerSandboxConfig, sandbox_metadata
@@ -33,9 +41,13 @@ SandboxName = Literal["auto", "local", "docker"]
 
 @dataclass(frozen=True)
 class TaskOptions:
-    """The arguments every benchmark task takes (``-T name=value``); None: the preset's value or the default."""
+    """The arguments every benchmark task takes (``-T name=value``), in the tasks' signature order.
 
-    preset: str | None = None  #: a named protocol of harness.benchmarks.presets (e.g. "cleaner-paper")
+    ``None``: the preset's value, or the default. What each means: :data:`ARGUMENT_DOCS`. The protocol
+    settings among them are :data:`harness.benchmarks.presets.PROTOCOL_ARGUMENTS`, in the same order.
+    """
+
+    preset: str | None = None
     saar: bool | None = None
     saar_prob: float | None = None
     gamma: float | None = None
@@ -50,13 +62,12 @@ class TaskOptions:
     top_p: float | None = None
     max_tokens: int | None = None
     sandbox: SandboxName = "auto"
-    seed: int = 0  #: the run's seed: per-(sample, epoch) sampling seeds and the SAAR draw derive from it
-    #: arms with the same id generate their common requests once (harness.evals.shared_prefix); None: off
+    data: str | None = None
+    seed: int = 0
     share_prefix: str | None = None
-    tool_env: str | None = None  #: the tool environment ("project", "reference"); None: the preset's or project
-    judge: Judge | None = None  #: the reported accuracy ("lenient", "reference"); None: the preset's or lenient
-    prompt_template: str | None = None  #: a prompt template file (harness.core.prompts); None: the project's
-    #: the tokenizer a response budget counts tool output with (hub id or path); None: the model's own
+    tool_env: str | None = None
+    judge: Judge | None = None
+    prompt_template: str | None = None
     tokenizer: str | None = None
 
     @classmethod
@@ -65,12 +76,46 @@ class TaskOptions:
         return cls(**{f.name: args[f.name] for f in fields(cls) if f.name in args})
 
     def protocol(self, kind: Kind) -> EvalProtocol:
-        given = {k: v for k, v in asdict(self).items() if k in PROTOCOL_FIELDS}
+        given = {k: v for k, v in asdict(self).items() if k in PROTOCOL_ARGUMENTS}
         return resolve(self.preset, kind, **given)
 
     def templates(self) -> PromptTemplates:
         """The prompt templates, loaded (and checked) now: a bad file fails before any sample runs."""
         return load_prompt_templates(self.prompt_template)
+
+
+#: What each of :class:`TaskOptions` means, in its order: the Args of every task's docstring. README.md's table of
+#: task arguments lists the same names (tests/test_task_arguments.py checks that every list agrees).
+ARGUMENT_DOCS: dict[str, str] = {
+    "preset": 'a named protocol ("cleaner-paper", "cleaner-paper-7b": the authors\' 4B and 7B evaluations).',
+    "saar": "SAAR (rollback) at inference. Unset: the preset's choice, else off.",
+    "saar_prob": "the probability that SAAR is on for a trajectory (paper: 1.0).",
+    "gamma": "SAAR's similarity threshold: at or above it a shallow replacement, below it a deep one (paper: 0.5).",
+    "similarity": 'what SAAR compares, "code" (the two programs) or "call" (the calls as written). Unset: the '
+    "tool environment's.",
+    "max_retries": "SAAR's regenerations per failed call (paper: 3).",
+    "max_turns": "assistant turns per trajectory.",
+    "max_total_tokens": "the response budget in tokens, counted as the tool environment says.",
+    "timeout": "seconds per tool call. Unset: the tool environment's.",
+    "output_chars": "characters of tool output shown to the model. Unset: the tool environment's.",
+    "epochs": "samples per problem: pass@1 is their mean, pass@k for k = epochs is reported too.",
+    "temperature": "the sampling temperature.",
+    "top_p": "the sampling's nucleus mass.",
+    "max_tokens": "tokens per generation. Unset: the provider's default.",
+    "sandbox": 'where programs run ("auto", "local" or "docker").',
+    "data": 'a local file or directory, or "fixture" (default: the hub). A relative path resolves against the task '
+    "file's directory, tasks/ (Inspect runs a task from there).",
+    "seed": "the run's seed: per-(sample, epoch) sampling seeds and the SAAR draw derive from it, the same in both "
+    "SAAR arms (GPQA's choices are shuffled with it too).",
+    "share_prefix": "an id shared by both SAAR arms of one run: the requests they have in common (before SAAR "
+    "first acts) are generated once and read from Inspect's cache by the other arm.",
+    "tool_env": 'the tool environment, "project" or "reference" (Open-CLEANER\'s). Unset: the preset\'s, else project.',
+    "judge": 'the reported accuracy, "lenient" (equivalence) or "reference" (the strict box on the whole response; '
+    "the lenient verdict beside it). Unset: the preset's, else lenient.",
+    "prompt_template": 'a prompt template file (docs/benchmarks.md, "Prompts"); unset: the project\'s. A relative '
+    "path resolves against tasks/.",
+    "tokenizer": "what a response budget counts tool output with (hub id or path); unset: the model's own.",
+}
 
 
 def generate_config(protocol: EvalProtocol) -> GenerateConfig:
@@ -191,3 +236,79 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         epochs=Epochs(protocol.epochs),  # reducers: BenchmarkTask.epochs_reducer
         metadata=metadata,
     )
+
+
+#: The scorer of each problem kind, made for the problems and the protocol's judge (code runs its tests: no judge).
+SCORERS: dict[Kind, MakeScorer] = {
+    "math": lambda problems, judge: math_scorer(judge=judge),
+    "gpqa": lambda problems, judge: gpqa_scorer(judge=judge),
+    "code": lambda problems, judge: code_scorer(problems),
+}
+
+
+def task_signature(bench: Benchmark) -> inspect.Signature:
+    """The signature of ``bench``'s task: :class:`TaskOptions`' fields, with the benchmark's own arguments after
+    ``data`` (they select among its data, as LiveCodeBench's window does)."""
+    hints = typing.get_type_hints(TaskOptions)
+    common = [
+        inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default, annotation=hints[f.name])
+        for f in fields(TaskOptions)
+    ]
+    after = [p.name for p in common].index("data") + 1
+    return inspect.Signature([*common[:after], *bench.parameters(), *common[after:]], return_annotation=Task)
+
+
+def task_docstring(bench: Benchmark, summary: str) -> str:
+    """``summary`` with an Args section: :data:`ARGUMENT_DOCS`, then the benchmark's own arguments."""
+    described = {**ARGUMENT_DOCS, **bench.arguments}
+    lines = [f"    {name}: {described[name]}" for name in task_signature(bench).parameters]
+    return f"{summary.rstrip()}\n\nArgs:\n" + "\n".join(lines) + "\n"
+
+
+TaskFunction = TypeVar("TaskFunction", bound=Callable[..., Task])
+
+
+def task_arguments(name: str) -> Callable[[TaskFunction], TaskFunction]:
+    """Give a task function the signature and the docstring's Args of the registered benchmark ``name``.
+
+    The function (``def <name>(**args: Any) -> Task``, returning :func:`registered_task`) keeps its own
+    summary line; Inspect reads the signature set here for the task's ``-T`` arguments (``@task`` goes above).
+    """
+    bench = benchmark(name)
+
+    def decorate(func: TaskFunction) -> TaskFunction:
+        if func.__name__ != name:
+            raise ValueError(f"the task of benchmark {name!r} must be named {name!r}, not {func.__name__!r}")
+        signature = task_signature(bench)
+        func.__signature__ = signature  # type: ignore[attr-defined]
+        func.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()} | {"return": Task}
+        func.__doc__ = task_docstring(bench, func.__doc__ or f"{bench.title} with the shared rollout core.")
+        return func
+
+    return decorate
+
+
+def registered_task(name: str, **args: Any) -> Task:
+    """The task of the registered benchmark ``name`` with its task arguments ``args`` (unset: their defaults).
+
+    Its loader gets ``-T data`` as the path, the prompt templates, the common arguments it takes (the entry's
+    ``shared``) and the benchmark's own; the scorer is its problem kind's (:data:`SCORERS`).
+
+    Raises:
+        TypeError: an argument the task does not take.
+        ValueError: the loader returned problems of another kind than the benchmark's.
+    """
+    bench = benchmark(name)
+    bound = task_signature(bench).bind(**args)
+    bound.apply_defaults()
+    options = TaskOptions.of(bound.arguments)
+    loader_args = {k: bound.arguments[k] for k in (*bench.shared, *bench.arguments)}
+
+    def load(templates: PromptTemplates) -> Sequence[Problem]:
+        problems = bench.loader(options.data, templates=templates, **loader_args)
+        other = sorted({p.kind for p in problems} - {bench.kind})
+        if other:
+            raise ValueError(f"benchmark {name!r} has problems of kind {bench.kind!r}; its loader returned {other}")
+        return problems
+
+    return benchmark_task(load, SCORERS[bench.kind], options)

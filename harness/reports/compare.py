@@ -14,9 +14,8 @@ and by error kind, not only accuracy.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,10 +24,13 @@ from typing import Any
 from inspect_ai.event import ModelEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
+from harness.benchmarks.registry import NAMES
+from harness.core.environ import temporary_environ
 from harness.core.metrics import TrajectoryMetrics
 
-#: The four benchmarks shipped in ``tasks/``.
-TASKS = ("aime24", "aime25", "gpqa", "livecodebench")
+#: The registered benchmarks (harness.benchmarks.registry), each with its task in ``tasks/``: the names
+#: ``compare`` accepts and runs by default (a live view: a benchmark registered later is in it).
+TASKS = NAMES
 
 #: Arm labels: SAAR switched on for the task (``-T saar=true``) or off.
 ARMS = ("off", "on")
@@ -327,20 +329,9 @@ def run_arms(
     return dirs
 
 
-@contextlib.contextmanager
-def _generation_cache(path: Path | None) -> Iterator[None]:
+def _generation_cache(path: Path | None) -> contextlib.AbstractContextManager[None]:
     """Inspect's generation cache in ``path`` for the duration (None: left as it is)."""
-    before = os.environ.get("INSPECT_CACHE_DIR")
-    if path is not None:
-        os.environ["INSPECT_CACHE_DIR"] = str(path)
-    try:
-        yield
-    finally:
-        if path is not None:
-            if before is None:
-                os.environ.pop("INSPECT_CACHE_DIR", None)
-            else:
-                os.environ["INSPECT_CACHE_DIR"] = before
+    return temporary_environ(INSPECT_CACHE_DIR=None if path is None else str(path))
 
 
 def _run_task_arms(

@@ -31,6 +31,7 @@ from typing import Any
 from harness.core.metrics import aggregate, is_repeat
 from harness.reports.card import render_card
 from harness.reports.compare import ArmRun
+from harness.reports.markdown import markdown_table
 
 #: Plot files written next to report.md.
 PLOTS = ("accuracy.png", "error_kinds.png", "saar_events.png", "tokens.png")
@@ -191,12 +192,6 @@ def _n(x: float) -> str:
     return "-" if math.isnan(x) else str(int(x)) if float(x).is_integer() else f"{x:.1f}"
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def arms_table(arms: Sequence[ArmRun]) -> str:
     """One row per task and arm: accuracy, tool failures, SAAR events, tokens, time."""
     header = [
@@ -244,7 +239,7 @@ def arms_table(arms: Sequence[ArmRun]) -> str:
                 a.status + (f" ({len(a.errored)} errored)" if a.errored else ""),
             ]
         )
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def paired_tests(arms: Sequence[ArmRun], n_boot: int = 10_000, seed: int = 0) -> list[PairedTest]:
@@ -285,7 +280,7 @@ def tests_table(tests: Sequence[PairedTest]) -> str:
                 f"{t.p_value:.4f}",
             ]
         )
-    return _table(header, rows)
+    return markdown_table(header, rows)
 
 
 def error_kind_table(arms: Sequence[ArmRun]) -> str:
@@ -315,7 +310,7 @@ def error_kind_table(arms: Sequence[ArmRun]) -> str:
                     str(other),
                 ]
             )
-    return _table(header, rows) if rows else "_No tool call failed in any arm._"
+    return markdown_table(header, rows) if rows else "_No tool call failed in any arm._"
 
 
 def _code_cell(code: object, limit: int = 120) -> str:
@@ -352,7 +347,7 @@ def purified_table(arms: Sequence[ArmRun], limit: int = 20) -> str:
     if not rows:
         return "_No failure was purified._"
     more = f"\n\n{len(rows) - limit} more in the logs' SAAR events." if len(rows) > limit else ""
-    return _table(header, rows[:limit]) + more
+    return markdown_table(header, rows[:limit]) + more
 
 
 def side_by_side(arms: Sequence[ArmRun]) -> str:

@@ -141,17 +141,24 @@ class CpuConfig:
     learning_rate: float = _help(5e-5, "AdamW learning rate of the LoRA weights", minimum=0.0)
     lora_r: int = _help(8, "LoRA rank (all linear layers)", minimum=1)
     lora_alpha: int = _help(16, "LoRA scale numerator", minimum=1)
-    clip_low: float = _help(0.2, "PPO clip below 1 (CLEANER: 0.2)", minimum=0.0)
-    clip_high: float = _help(0.28, "PPO clip above 1 (CLEANER: 0.28, DAPO's clip-higher)", minimum=0.0)
+    clip_low: float = _help(
+        0.2,
+        "PPO clip below 1 (CLEANER: 0.2). No effect in this trainer: it takes one optimizer step per batch of "
+        "rollouts, with log-probs from the policy it updates, so the ratio is exactly 1 and never clipped",
+        minimum=0.0,
+    )
+    clip_high: float = _help(
+        0.28,
+        "PPO clip above 1 (CLEANER: 0.28, DAPO's clip-higher). No effect in this trainer, as clip_low",
+        minimum=0.0,
+    )
     save_steps: int = _help(1, "checkpoint every N steps (0: no checkpoints, so no --resume)", minimum=0)
     seed: int = _help(0, "seed of data order, LoRA init, sampling and SAAR draws", minimum=0)
-    threads: int = _help(
-        1, "torch threads; more than the free cores thrash (63 s vs 7 s for 24 tokens on shared cores)", minimum=1
-    )
+    threads: int = _help(1, "torch threads; more than the free cores thrash", minimum=1)
     bf16: bool = _help(
         False,
         "the loss's forward and backward passes under bfloat16 autocast (the weights, LoRA and optimizer stay "
-        "float32): 1.6-1.9x faster on CPUs with AVX-512 BF16 or AMX, and slower on CPUs without them",
+        "float32): faster on CPUs with AVX-512 BF16 or AMX, slower on CPUs without them",
     )
     batch_window_s: float = _help(
         0.2, "seconds the batcher waits for more rollouts' requests before generating a batch", minimum=0.0
@@ -168,9 +175,9 @@ class CpuConfig:
     )
     engine_dtype: str = _help(
         "float32",
-        "the weights' dtype in vLLM's engine: float32 samples from the trainer's own policy; bfloat16 generates "
-        "1.35x (a step's 8 rollouts) to 1.9x (16 requests) the tokens/s on CPUs with AVX-512 BF16 and samples "
-        "from the policy rounded to bfloat16, as GPU engines do (the trainer recomputes the log-probs either way)",
+        "the weights' dtype in vLLM's engine: float32 samples from the trainer's own policy; bfloat16 is faster "
+        "on CPUs with AVX-512 BF16 and samples from the policy rounded to bfloat16, as GPU engines do (the "
+        "trainer recomputes the log-probs either way)",
     )
 
     def __post_init__(self) -> None:

@@ -471,13 +471,16 @@ class CpuTrainer:
             output_dir=str(self.ckpt_dir),
             max_steps=cfg.steps,
             # the step's rollouts are generated together (generation batch = all of them), and the loss is
-            # computed one GRPO group at a time: the activations of 8 long trajectories at once need ~9 GB
+            # computed one GRPO group at a time: the activations of a whole step's trajectories at once need several GB
             per_device_train_batch_size=cfg.num_generations,
             gradient_accumulation_steps=cfg.prompts_per_step,
             gradient_checkpointing=False,  # a 135M model fits; recomputing activations only costs time on CPU
             num_generations=cfg.num_generations,
             learning_rate=cfg.learning_rate,
             beta=0.0,
+            # the clip bounds never act here: one optimizer step per generation batch (one iteration,
+            # steps_per_generation = gradient_accumulation_steps) and no sampling log-probs ("logprobs": None), so
+            # TRL takes the old log-probs to be the current ones and the ratio is exactly 1
             epsilon=cfg.clip_low,
             epsilon_high=cfg.clip_high,
             loss_type="dapo",

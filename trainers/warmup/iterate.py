@@ -1,21 +1,21 @@
-"""Expert iteration for the warm model (``python -m trainers warmup-iterate``), issue 17.
+"""Expert iteration for the warm model (``python -m trainers warmup-iterate``).
 
 The cold-start SFT (:mod:`trainers.warmup.build`) teaches the tool from scripted demonstrations; none
 came from the model itself. Each round here samples the current model's own trajectories and trains on
 what went right (rejection-sampling fine-tuning, as STaR and RFT do):
 
 1. **Sampling.** ``problems`` new generated problems (:mod:`harness.benchmarks.generators`, training
-   seeds below :data:`~trainers.warmup.build.HELD_OUT_SEED`, one generator seed per round) x ``samples``
+   seeds below :data:`~trainers.warmup.config.HELD_OUT_SEED`, one generator seed per round) x ``samples``
    trajectories on vLLM's offline engine (:class:`harness.engines.vllm_offline.OfflineEngine`) through the
    shared rollout core and the local sandbox: temperature 1.0, top_p 1.0, SAAR on (3 retries), 3 turns
    of at most 256 tokens, all of them in flight at once. Every trajectory's seed derives from (run seed, round,
    problem, sample). The engine holds the policy in float32 by default (``engine_dtype``), where a seeded
    request's tokens depend neither on what shares its batch nor on a preemption, and the sandbox prints the
-   same text for the same program (no address randomization, a fixed hash seed: :mod:`sandboxes.local_policy`,
-   since 2026-12-05), so a rerun samples the same rounds; in bfloat16 (the rounds of the earlier committed runs)
-   a request's tokens depend on its batch, and no two runs are alike. Each round records its training data's
+   same text for the same program (no address randomization, a fixed hash seed: :mod:`sandboxes.local.policy`),
+   so a rerun samples the same rounds; in bfloat16 a request's tokens depend on its batch, and no two runs are
+   alike. Each round records its training data's
    digest (``examples_sha256``), its adapter's (``adapter_sha256``) and the host its arithmetic ran on
-   (:func:`trainers.warmup.build.host`: CPU features, library versions).
+   (:func:`trainers.warmup.artifacts.host`: CPU features, library versions).
 2. **Selection** (:mod:`trainers.warmup.selection`): right endings (the training reward's strict check)
    with failed turns masked, and the model's own corrections, trained on the corrected turn only; with
    ``search`` > 0, that many more samples of the model's own at each failure SAAR's regenerations did not
@@ -23,7 +23,7 @@ what went right (rejection-sampling fine-tuning, as STaR and RFT do):
    ``reference``, distillation instead: the generator's own program as the correction at each such failure
    (:mod:`trainers.warmup.reference`; not the model's turn, and the round's figures count it apart); with
    ``reference_finish`` each such demonstration goes on to the program's output and the closing answer.
-3. **Fine-tuning** with the SFT's own loop and loss mask (:func:`~trainers.warmup.build.fit`, ``steps``
+3. **Fine-tuning** with the SFT's own loop and loss mask (:func:`~trainers.warmup.sft.fit`, ``steps``
    steps of ``batch_size``, micro-batches of ``micro_batch``), continuing the start adapter's LoRA.
 4. **Sync.** The merged weights go into the engine (:func:`trainers.core.engine_sync.sync_weights`:
    ``model_runner.reload_weights`` on CPU), so the next round samples the new policy.
@@ -66,20 +66,13 @@ from harness.engines.models import TOOLS_SFT_NAME, file_digest
 from trainers.core.config import ENGINE_DTYPES
 from trainers.core.data import item_from_problem
 from trainers.core.reward import compute_reward
-from trainers.warmup.build import (
-    HELD_OUT_SEED,
-    TRAIN_WEIGHTS,
-    DemonstrationError,
-    FitSettings,
-    fit,
-    host,
-    tokenize,
-    trained_tokens,
-    write_adapter,
-)
+from trainers.warmup.artifacts import host, write_adapter
+from trainers.warmup.config import HELD_OUT_SEED, TRAIN_WEIGHTS
+from trainers.warmup.demonstrations import DemonstrationError
 from trainers.warmup.reference import reference_corrections
 from trainers.warmup.search import failure_points, search_corrections
 from trainers.warmup.selection import Recorder, Sampled, Selected, counts, select
+from trainers.warmup.sft import FitSettings, fit, tokenize, trained_tokens
 
 DEFAULT_OUT = "results/warmup/expert-iteration"
 MANIFEST = "iterate.json"
@@ -90,7 +83,7 @@ ROUND_MANIFEST = "round.json"
 
 @dataclass(frozen=True)
 class IterateConfig:
-    """Settings of ``python -m trainers warmup-iterate`` (the defaults: issue 17's design)."""
+    """Settings of ``python -m trainers warmup-iterate``."""
 
     rounds: int = 3
     start: str = TOOLS_SFT_NAME  #: the adapter round 1 starts from (read only)
@@ -109,16 +102,15 @@ class IterateConfig:
     reference_finish: bool = False  #: the reference demonstrations go on to the program's output and the answer
     steps: int = 8  #: optimizer steps per round
     batch_size: int = 8
-    micro_batch: int = 4  #: rows per forward pass (a first run with whole batches of long rows was OOM-killed)
+    micro_batch: int = 4  #: rows per forward pass (the step's gradient stays the whole batch's, in less memory)
     learning_rate: float = 5e-4
     warmup_steps: int = 1
-    #: trajectories in flight: a whole default round (32 problems x 6 samples; vLLM on CPU runs 128 of them, the
-    #: rest wait; the default 2 GiB KV cache held round 1's 128 at 44%). In float32 a seeded request's tokens
-    #: depend neither on its batch nor on a preemption, so this is how fast, not what, a round samples: round 1
-    #: of the warm model gave the same data at 32, 96 and 192, sampled in 295, 245 and 234 s
+    #: trajectories in flight: a whole default round (32 problems x 6 samples; vLLM on CPU runs as many as it
+    #: schedules, the rest wait). In float32 a seeded request's tokens depend neither on its batch nor on a
+    #: preemption, so this sets how fast, not what, a round samples
     concurrency: int = 192
     #: the engine's weights: in float32 a seeded trajectory does not depend on what shares its batch, so a rerun
-    #: samples the same rounds; bfloat16's rollouts are 10-20% faster and differ from run to run
+    #: samples the same rounds; bfloat16's rollouts are faster and differ from run to run
     engine_dtype: str = "float32"
     threads: int = 1  #: torch threads for fine-tuning
 

@@ -21,8 +21,7 @@ rewriting a program that worked until it broke).
 ``--engine-dtype float32`` holds the weights in float32 on either engine: every request is seeded per (sample,
 epoch), and in float32 a seeded request's tokens do not depend on what shares its batch, so a rerun on one CPU
 gives the same figures, but for a program that ends near the sandbox's time limit in one run and not in the
-other (wall clock). In bfloat16 (the default, as every committed measure) a rerun is another sample of the
-same model.
+other (wall clock). In bfloat16 (the default) a rerun is another sample of the same model.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import argparse
 import contextlib
 import itertools
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,12 +41,13 @@ from inspect_ai.log import read_eval_log
 from inspect_ai.model import ChatMessage
 
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
+from harness.core.environ import temporary_environ
 from harness.core.metrics import Regenerations, rate
 from harness.reports.compare import ArmRun, read_arms, run_arms, scored
 from trainers.core.config import ENGINE_DTYPES
-from trainers.warmup.build import HELD_OUT_SEED
+from trainers.warmup.config import HELD_OUT_SEED
 
-#: samples in flight on vLLM (the demo's measured best)
+#: samples in flight on vLLM (the demo's concurrency)
 VLLM_CONCURRENCY = 16
 
 
@@ -204,16 +203,9 @@ def inspect_model(
         return
     from harness.engines.serve import Server
 
-    before = os.environ.get("VLLM_BASE_URL")
     with Server(model.removeprefix("embedded/"), dtype=dtype, log_path=log_dir / "vllm-server.log") as server:
-        os.environ["VLLM_BASE_URL"] = server.base_url
-        try:
+        with temporary_environ(VLLM_BASE_URL=server.base_url):  # Inspect's vllm/ provider connects to this server
             yield f"vllm/{server.model}", {"max_samples": VLLM_CONCURRENCY, "max_connections": 2 * VLLM_CONCURRENCY}
-        finally:
-            if before is None:
-                os.environ.pop("VLLM_BASE_URL", None)
-            else:
-                os.environ["VLLM_BASE_URL"] = before
 
 
 def measure(
@@ -309,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=ENGINE_DTYPES,
         default="bfloat16",
         help="the weights on either engine: float32 gives the same figures when rerun on one CPU; bfloat16 "
-        "(as every committed measure) is faster, and a rerun is another sample",
+        "is faster, and a rerun is another sample",
     )
     parser.add_argument("--saar", action="store_true", help="SAAR on (3 retries): its regenerations are counted")
     parser.add_argument("--out", default=None, help="output directory (default results/warmup/<time>)")
@@ -317,11 +309,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heldout-code", type=int, default=8, help="held-out generated stdin problems")
     parser.add_argument("--seed", type=int, default=HELD_OUT_SEED, help="held-out generator seed (training: 0)")
     parser.add_argument("--no-fixtures", action="store_true", help="skip the four fixtures")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--max-turns", type=int, default=4)
-    parser.add_argument("--max-tokens", type=int, default=320)
+    parser.add_argument("--epochs", type=int, default=1, help="samples per problem")
+    parser.add_argument("--max-turns", type=int, default=4, help="assistant turns per sample")
+    parser.add_argument("--max-tokens", type=int, default=320, help="tokens per generation")
     parser.add_argument("--top-p", type=float, default=None, help="override the reference top_p 0.6")
-    parser.add_argument("--display", default="none")
+    parser.add_argument("--display", default="none", help="Inspect display (full, rich, plain, none)")
     args = parser.parse_args(argv)
     out = Path(args.out or f"results/warmup/{time.strftime('%Y%m%d-%H%M%S')}")
     started = time.monotonic()

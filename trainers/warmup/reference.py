@@ -1,19 +1,18 @@
-"""Distillation at the warm model's own failures: the generator's program as the correction (issue 17).
+"""Distillation at the warm model's own failures: the generator's program as the correction.
 
-A round's own corrections are rare (5-8% of the committed warm model's SAAR regenerations run, and a
-best-of-8 search found 1.5% more: :mod:`trainers.warmup.search`). Here every failure point whose
+A round's own corrections are rare (few of a small model's SAAR regenerations run, and a best-of-K search finds
+few more: :mod:`trainers.warmup.search`). Here every failure point whose
 regenerations found none (:func:`~trainers.warmup.search.failure_points`: the model's own failed call
 and its real error last in context, exactly what a SAAR regeneration sees) gets one demonstration whose
 next turn is written by the project: the error named, then the generator's reference program
-(:func:`~trainers.warmup.build.reference_program`), which must run in a fresh sandbox as the rollout runs
+(:func:`~trainers.warmup.demonstrations.reference_program`), which must run in a fresh sandbox as the rollout runs
 a call. Trained on that turn only, as a correction of the model's own is.
 
 With ``finish`` (``warmup-iterate --reference-finish``) the demonstration goes on to the end, as the SFT's
 demonstrations do: the reference call's real output, then the closing turn (the boxed answer, or the final
-solution), trained on the correcting turn and the closing turn. The held-out logs of the float32 builds without
-it show why (2026-12-05): after a call that ran, the model went on rewriting the program (35 of 109 such turns
-called again in one build) and opened turns with "The call failed" where no call had failed; a correction that is
-never followed by its end teaches the correction and not when to stop.
+solution), trained on the correcting turn and the closing turn. Without it, a model trained on corrections
+tends to go on rewriting a program after a call that ran, and to open turns with "The call failed" where no call
+had failed: a correction that is never followed by its end teaches the correction and not when to stop.
 
 This is distillation, not rejection sampling: the turn is not the model's. Rounds that use it
 (``warmup-iterate --reference``) say so in their manifest (the selection source ``correction_reference``),
@@ -31,7 +30,7 @@ from harness.core.messages import Generation, Message
 from harness.core.rollout import RolloutConfig, to_assistant
 from harness.core.saar import SaarEvent
 from sandboxes.base import Backend
-from trainers.warmup.build import (
+from trainers.warmup.demonstrations import (
     Demonstration,
     DemonstrationError,
     answer_text,

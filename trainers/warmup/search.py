@@ -1,7 +1,7 @@
 """More of the warm model's own corrections: best-of-K regenerations at the failures SAAR did not correct.
 
-A round's SAAR regenerations run rarely (5-8% for the committed warm model), so the round finds few of the
-model's own corrections (12 in round 1). Here every failure point whose regenerations found none gets
+A small model's SAAR regenerations seldom run, so a round finds few of the model's own corrections. Here every
+failure point whose regenerations found none gets
 ``k`` more samples from the same context the first regeneration saw (the failed turn and its real error
 last), each run as the rollout runs a call (:meth:`harness.core.rollout.RolloutState.execute`, in a fresh
 sandbox); the first that makes a DIFFERENT call (:func:`~trainers.warmup.selection.differs`) that runs becomes a
@@ -23,7 +23,7 @@ from harness.core.metrics import INSTALLED_ACTIONS
 from harness.core.rollout import Generate, RolloutConfig, RolloutState, to_assistant
 from harness.core.saar import SaarEvent
 from sandboxes.base import Backend
-from trainers.warmup.build import Demonstration
+from trainers.warmup.demonstrations import Demonstration
 from trainers.warmup.selection import Sampled, Selected, _assistant_count, corrects, differs
 
 #: SAAR events that follow a regeneration (a ``cap`` event stops rollback before one; ``exhausted`` comes after all)

@@ -1,7 +1,7 @@
 """What an expert-iteration round keeps of the warm model's own trajectories (:mod:`trainers.warmup.iterate`).
 
 Rejection sampling, as STaR and RFT do: of the trajectories a round samples, two kinds become
-demonstrations (:class:`~trainers.warmup.build.Demonstration`, tokenized and masked as the SFT's):
+demonstrations (:class:`~trainers.warmup.demonstrations.Demonstration`, tokenized and masked as the SFT's):
 
 * **right endings**: trajectories whose final answer passes the training reward's strict check
   (:func:`trainers.core.reward.compute_reward`: the last box for math, every test for code). Natural
@@ -29,7 +29,7 @@ from harness.core.messages import Generation, Message
 from harness.core.metrics import INSTALLED_ACTIONS
 from harness.core.rollout import Generate, Trajectory, to_assistant
 from harness.core.saar import SaarEvent
-from trainers.warmup.build import Demonstration, _failed_turns
+from trainers.warmup.demonstrations import Demonstration, _failed_turns
 
 Source = Literal[
     "right",

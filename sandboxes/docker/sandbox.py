@@ -1,9 +1,9 @@
 """One docker sandbox: a long-lived, locked-down container with a warm interpreter, one call at a time.
 
 A :class:`DockerSandbox` owns one container started from the sandbox image
-(:mod:`sandboxes.image`) with the warm interpreter (:mod:`sandboxes.worker`) as its
-only process (policy: :mod:`sandboxes.docker_policy`; starting and removing it:
-:mod:`sandboxes.docker_engine`; the frames: :mod:`sandboxes.docker_channel`).
+(:mod:`sandboxes.image`) with the warm interpreter (:mod:`sandboxes.docker.worker`) as its
+only process (policy: :mod:`sandboxes.docker.policy`; starting and removing it:
+:mod:`sandboxes.docker.engine`; the frames: :mod:`sandboxes.docker.channel`).
 
 Health: when the worker stops answering (the container died, was killed from
 outside, or the program broke it), the call returns ``sandbox_failed=True`` with
@@ -21,9 +21,9 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from sandboxes import docker_engine as engine
 from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
-from sandboxes.docker_policy import DockerConfig
+from sandboxes.docker import engine
+from sandboxes.docker.policy import DockerConfig
 from sandboxes.errors import classify
 
 

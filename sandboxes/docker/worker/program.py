@@ -20,8 +20,8 @@ try:  # standard library, but an interpreter may be built without it
 except (ImportError, OSError, AttributeError):
     _libc = _prctl = None
 
-from sandboxes.worker_wire import LEN as _LEN
-from sandboxes.worker_wire import read_frame
+from sandboxes.docker.worker.wire import LEN as _LEN
+from sandboxes.docker.worker.wire import read_frame
 
 PR_SET_DUMPABLE = 4
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25

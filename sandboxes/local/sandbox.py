@@ -8,8 +8,8 @@ Weaker than the docker backend (same kernel), but it needs nothing but what
   directory, with a scrubbed environment (``PATH``, ``HOME`` = work dir, ``LANG``,
   ``TMPDIR``, single-thread settings for BLAS and a fixed ``PYTHONHASHSEED``; nothing
   of the host's, so no ``-E``), its address space not randomized: the same program
-  prints the same text in every run (:mod:`sandboxes.local_policy`);
-- inside bubblewrap (see :mod:`sandboxes.isolation` for the policy): no network,
+  prints the same text in every run (:mod:`sandboxes.local.policy`);
+- inside bubblewrap (see :mod:`sandboxes.local.isolation` for the policy): no network,
   own pid namespace (all of it dies with the program), a new root with read-only
   binds of the system and of the interpreter's prefix, the work dir at
   ``/sandbox``, ``--die-with-parent``. No working bwrap is an error naming the
@@ -23,17 +23,17 @@ Weaker than the docker backend (same kernel), but it needs nothing but what
   ``RLIMIT_NPROC`` holds and every process left behind (background children,
   ``setsid`` escapes) is killed after each call by ``kill(-1, SIGKILL)`` as that uid
   (under bwrap, a program that ended by itself needs no sweep once its pid namespace
-  is seen to have ended: :class:`~sandboxes.local_procs.NamespaceWatch`).
+  is seen to have ended: :class:`~sandboxes.local.procs.NamespaceWatch`).
   Model code never runs as root: where that uid cannot run the interpreter, the
   sandbox refuses to start.
 
-Policy (limits, isolation, environment) lives in :mod:`sandboxes.local_policy` and
-:mod:`sandboxes.isolation`, process control (spawn, watch, kill, uid reservation) in
-:mod:`sandboxes.local_procs`; this module is the sandbox: its directories, files in and
+Policy (limits, isolation, environment) lives in :mod:`sandboxes.local.policy` and
+:mod:`sandboxes.local.isolation`, process control (spawn, watch, kill, uid reservation) in
+:mod:`sandboxes.local.procs`; this module is the sandbox: its directories, files in and
 out, and the structured result.
 
 Each sandbox's directory holds its owner's labels (:mod:`sandboxes.owner`); a SIGKILLed process runs no
-clean-up, so a new :class:`~sandboxes.local_pool.LocalBackend` removes the directories of dead owners
+clean-up, so a new :class:`~sandboxes.local.pool.LocalBackend` removes the directories of dead owners
 (:func:`reap_orphan_dirs`), never anyone else's.
 
 Every :class:`~sandboxes.base.ExecResult` says in ``extra`` which backend and
@@ -66,9 +66,9 @@ from typing import Any
 
 from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.errors import classify
-from sandboxes.isolation import BWRAP_WORKDIR, bwrap_argv, find_bwrap, interpreter
-from sandboxes.local_policy import LocalConfig, choose_isolation, prlimit_argv, scrubbed_env, set_rlimits
-from sandboxes.local_procs import (
+from sandboxes.local.isolation import BWRAP_WORKDIR, bwrap_argv, find_bwrap, interpreter
+from sandboxes.local.policy import LocalConfig, choose_isolation, prlimit_argv, scrubbed_env, set_rlimits
+from sandboxes.local.procs import (
     UID_LOCK_DIR,
     NamespaceWatch,
     _pids_of_uid,
@@ -278,7 +278,7 @@ class LocalSandbox(Sandbox):
         self._make_dirs()
         cap = self.config.max_output_bytes
         # In bwrap (argv[0], probed to exist) the limits are set by prlimit in front of it, so that Python can vfork:
-        # a preexec_fn makes it copy this whole process to start each program (local_policy.prlimit_argv)
+        # a preexec_fn makes it copy this whole process to start each program (sandboxes.local.policy.prlimit_argv)
         limits = prlimit_argv(self.config, cpu, nproc) if self.isolation == "bwrap" else None
         try:
             if limits is not None and not os.access(argv[0], os.X_OK):  # what the exec would have raised

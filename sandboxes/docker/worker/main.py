@@ -1,13 +1,13 @@
 """The warm interpreter that runs inside a sandbox container (standard library only).
 
 Started once per container (``python3 -c <loader> <config json>``: the loader of
-:func:`sandboxes.docker_policy.worker_command` carries this module and its three
-parts, :mod:`sandboxes.worker_wire` (framing), :mod:`sandboxes.worker_procs` (killing and
-reaping) and :mod:`sandboxes.worker_program` (the forked program side)), it imports
+:func:`sandboxes.docker.policy.worker_command` carries this module and its three
+parts, :mod:`sandboxes.docker.worker.wire` (framing), :mod:`sandboxes.docker.worker.procs` (killing and
+reaping) and :mod:`sandboxes.docker.worker.program` (the forked program side)), it imports
 numpy and sympy once and then answers requests on its stdin with responses on
 its stdout, each a frame of a 4-byte big-endian length and a UTF-8 JSON object.
-Why: a fresh ``python3`` with numpy costs ~100-200 ms; a ``fork`` of a warm one costs
-about a millisecond, and a forked child still starts from a clean namespace.
+Why: a fresh ``python3`` pays for importing numpy on every call; a ``fork`` of a warm one
+does not, and a forked child still starts from a clean namespace.
 
 Requests (``op``):
 
@@ -43,12 +43,19 @@ import socket
 import sys
 import time
 
-from sandboxes import worker_procs
-from sandboxes.worker_procs import REAPED, empty_dir, kill_others, oom_kills, other_pids
-from sandboxes.worker_program import _child_setup, _decode_status, _session_loop, _Spare, collapse_heap, set_dumpable
-from sandboxes.worker_wire import LEN as _LEN
-from sandboxes.worker_wire import read_exact as _read_exact
-from sandboxes.worker_wire import read_frame, write_frame
+from sandboxes.docker.worker import procs
+from sandboxes.docker.worker.procs import REAPED, empty_dir, kill_others, oom_kills, other_pids
+from sandboxes.docker.worker.program import (
+    _child_setup,
+    _decode_status,
+    _session_loop,
+    _Spare,
+    collapse_heap,
+    set_dumpable,
+)
+from sandboxes.docker.worker.wire import LEN as _LEN
+from sandboxes.docker.worker.wire import read_exact as _read_exact
+from sandboxes.docker.worker.wire import read_frame, write_frame
 
 _DEFAULTS = {
     "preload": ["numpy", "sympy"],
@@ -71,7 +78,7 @@ class Worker:
         self.spares = []  #: program processes forked ahead, oldest first
         self.finished = None  #: the last program process, done but maybe still exiting
         #: processes that were there before the worker (an init, the exec transport's idle process)
-        self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if worker_procs.CONTAINED else set()
+        self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if procs.CONTAINED else set()
         self.preloaded = []
         for name in self.config["preload"]:
             try:
@@ -424,11 +431,11 @@ class _Call:
 
 def main():
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    worker_procs.CONTAINED = bool(config.get("contained"))
+    procs.CONTAINED = bool(config.get("contained"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
     # Finished programs exit at idle priority, after the answer: reap them when they are done, so that the
     # next program sees no zombie.
-    signal.signal(signal.SIGCHLD, lambda signum, frame: worker_procs.reap())
+    signal.signal(signal.SIGCHLD, lambda signum, frame: procs.reap())
     # Not dumpable (inherited by every fork until a program process makes itself dumpable again): the
     # programs, which run as the same uid, can neither trace the worker and the spares nor open their
     # descriptors through /proc.

@@ -1,4 +1,4 @@
-"""The docker pool: a bounded warm pool of :class:`~sandboxes.docker_sandbox.DockerSandbox` containers."""
+"""The docker pool: a bounded warm pool of :class:`~sandboxes.docker.sandbox.DockerSandbox` containers."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import time
 from dataclasses import asdict, replace
 from typing import Any
 
-from sandboxes import docker_engine as engine
 from sandboxes.base import Backend, Sandbox, SandboxError
-from sandboxes.docker_policy import (
+from sandboxes.docker import engine
+from sandboxes.docker.policy import (
     ACQUIRE_TIMEOUT_ENV,
     MAX_CONTAINERS_ENV,
     DockerConfig,
     default_acquire_timeout,
     default_max_containers,
 )
-from sandboxes.docker_sandbox import DockerSandbox
+from sandboxes.docker.sandbox import DockerSandbox
 
 
 class PoolExhausted(SandboxError, TimeoutError):
@@ -30,7 +30,7 @@ class DockerBackend(Backend):
     :meth:`acquire`); more are started on demand, up to ``max_containers`` in all
     (busy and idle together; default :func:`default_max_containers`); further
     acquires wait for a release, for at most ``acquire_timeout`` seconds (default
-    :func:`~sandboxes.docker_policy.default_acquire_timeout`), then raise :class:`PoolExhausted`
+    :func:`~sandboxes.docker.policy.default_acquire_timeout`), then raise :class:`PoolExhausted`
     naming the bound and how to raise it. :meth:`release` resets a sandbox and keeps it idle
     (or replaces it when it is broken); idle containers beyond ``max_idle`` and those
     idle for more than ``idle_ttl`` seconds are removed (checked at every acquire and

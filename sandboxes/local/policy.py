@@ -3,7 +3,7 @@
 :func:`choose_isolation` decides, once per process and interpreter, whether bubblewrap runs
 here (probing it, as the sandbox uid when this process is root), and refuses to run model code
 unisolated unless asked by name, or as root ever (the command lines and the refusals live in
-:mod:`sandboxes.isolation`). :func:`scrubbed_env` is all of the environment a program sees;
+:mod:`sandboxes.local.isolation`). :func:`scrubbed_env` is all of the environment a program sees;
 :func:`rlimits` are the resource limits, set by ``prlimit`` in the program's command line
 (:func:`prlimit_argv`) or, where util-linux is missing, by :func:`set_rlimits` in the child.
 
@@ -27,7 +27,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from sandboxes.isolation import (
+from sandboxes.local.isolation import (
     BWRAP_WORKDIR,
     UNISOLATED_ENV,
     Interpreter,
@@ -41,7 +41,7 @@ from sandboxes.isolation import (
     unisolated_allowed,
     warn_unisolated_once,
 )
-from sandboxes.local_procs import _probe, _ProbeDirs, _UidLease
+from sandboxes.local.procs import _probe, _ProbeDirs, _UidLease
 
 logger = logging.getLogger(__name__)
 
@@ -166,9 +166,8 @@ def prlimit_argv(config: LocalConfig, cpu_seconds: int, nproc: int) -> list[str]
     does all three in the child).
 
     Why not a ``preexec_fn``: with one, Python cannot ``vfork`` and copies the whole calling process's page tables
-    to start each program, in the event loop: 97 ms from a process of 2.4 GB (a trainer or an evaluation holding a
-    model; 168 ms a program in the CPU trainer), against 1.3 ms with ``vfork``, and 2.9 ms with two such small
-    programs (``prlimit``, ``setpriv``) exec'd in front of it.
+    to start each program, in the event loop; from a process holding a model (a trainer, an evaluation) that costs
+    far more than ``vfork`` with two small programs (``prlimit``, ``setpriv``) exec'd in front of it.
     """
     prlimit, nice = find_prlimit(), find_nice()
     if prlimit is None or nice is None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-#: Label on every container this backend starts (``docker ps --filter label=...`` finds leftovers).
-LABEL = "cleaner.sandbox"
+from sandboxes.owner import LABEL
+
 WORKDIR = "/work"
 #: Environment variable that bounds every docker pool of this process (containers, busy and idle together).
 MAX_CONTAINERS_ENV = "CLEANER_SANDBOX_MAX_CONTAINERS"
@@ -29,20 +29,29 @@ ACQUIRE_TIMEOUT_ENV = "CLEANER_SANDBOX_ACQUIRE_TIMEOUT"
 DEFAULT_ACQUIRE_TIMEOUT = 300.0
 
 #: The modules of the in-container worker, in load order (each imports only the standard library and the
-#: ones before it).
-WORKER_MODULES = ("worker_wire", "worker_procs", "worker_program", "worker")
+#: ones before it); the container runs the ``main()`` of the last, :data:`WORKER_MAIN`.
+WORKER_MODULES = tuple(f"sandboxes.docker.worker.{name}" for name in ("wire", "procs", "program", "main"))
+WORKER_MAIN = WORKER_MODULES[-1]
+#: The loader: the container holds no project code, so the worker's modules are made here under their own
+#: names (with empty parent packages), then the worker's main runs.
 _LOADER = """import sys, types
-package = types.ModuleType("sandboxes")
-package.__path__ = []
-sys.modules["sandboxes"] = package
+def package(name):
+    if name not in sys.modules:
+        sys.modules[name] = types.ModuleType(name)
+        sys.modules[name].__path__ = []
+        parent, _, leaf = name.rpartition(".")
+        if parent:
+            setattr(package(parent), leaf, sys.modules[name])
+    return sys.modules[name]
 for name, source in SOURCES.items():
-    module = types.ModuleType("sandboxes." + name)
-    module.__file__ = "<sandboxes." + name + ">"
-    sys.modules[module.__name__] = module
-    setattr(package, name, module)
+    parent, _, leaf = name.rpartition(".")
+    module = types.ModuleType(name)
+    module.__file__ = "<" + name + ">"
+    sys.modules[name] = module
+    setattr(package(parent), leaf, module)
     exec(compile(source, module.__file__, "exec"), module.__dict__)
-del name, source, module
-sys.modules["sandboxes.worker"].main()
+del package, name, source, parent, leaf, module
+sys.modules[MAIN].main()
 """
 
 
@@ -51,9 +60,9 @@ def worker_source() -> str:
 
     Passed at container start, so that the worker is never stale in the image.
     """
-    here = Path(__file__).parent
-    sources = {name: (here / f"{name}.py").read_text() for name in WORKER_MODULES}
-    return _LOADER.replace("SOURCES", repr(sources), 1)
+    root = Path(__file__).parents[2]  # the directory that holds the sandboxes package
+    sources = {name: (root / (name.replace(".", "/") + ".py")).read_text() for name in WORKER_MODULES}
+    return _LOADER.replace("MAIN", repr(WORKER_MAIN), 1).replace("SOURCES", repr(sources), 1)
 
 
 WORKER_SOURCE = worker_source()
@@ -65,7 +74,7 @@ CPU_PERIOD_US = 10_000
 
 @dataclass(frozen=True)
 class DockerConfig:
-    """How the containers of a :class:`~sandboxes.docker_backend.DockerBackend` are made and talked to."""
+    """How the containers of a :class:`~sandboxes.docker.pool.DockerBackend` are made and talked to."""
 
     image: str | None = None  #: image tag; default: the tag of the current recipe (sandboxes.image)
     memory: str = "512m"  #: memory limit, swap included (no swap)
@@ -141,8 +150,8 @@ def container_spec(config: DockerConfig, image: str, labels: dict[str, str] | No
         "memswap_limit": config.memory,
         "pids_limit": config.pids,
         # the quota per 10 ms, not Docker's default 100 ms: a call's work overlaps the previous call's clean-up,
-        # so back-to-back calls use more than a core for moments; throttled for the rest of a 100 ms period, a
-        # call stalled 30-45 ms (the benchmark's p99), for the rest of a 10 ms one it stalls under 10 ms
+        # so back-to-back calls use more than a core for moments, and a call throttled for the rest of a short
+        # period stalls far less than for the rest of a long one
         "cpu_period": CPU_PERIOD_US,
         "cpu_quota": round(config.cpus * CPU_PERIOD_US),
         "security_opt": ["no-new-privileges"],

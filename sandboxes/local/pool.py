@@ -1,4 +1,4 @@
-"""The local pool: :class:`LocalBackend` hands out :class:`~sandboxes.local.LocalSandbox` objects."""
+"""The local pool: :class:`LocalBackend` hands out :class:`~sandboxes.local.sandbox.LocalSandbox` objects."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ logger = logging.getLogger(__name__)
 
 
 class LocalBackend(Backend):
-    """Pool of :class:`~sandboxes.local.LocalSandbox` objects.
+    """Pool of :class:`~sandboxes.local.sandbox.LocalSandbox` objects.
 
     A released sandbox is reset (leftover processes killed, work dir emptied) and
     kept for the next :meth:`acquire`, up to ``max_idle`` of them; beyond that it is
     closed. A new backend removes the sandbox directories of dead processes (SIGKILL runs no clean-up;
-    :func:`~sandboxes.local.reap_orphan_dirs`). Options are those of :class:`~sandboxes.local.LocalConfig`.
+    :func:`~sandboxes.local.sandbox.reap_orphan_dirs`). Options are those of
+    :class:`~sandboxes.local.policy.LocalConfig`.
 
     Raises:
         IsolationUnavailable: programs could not be isolated here (decided now, not at the first acquire).
@@ -26,7 +27,7 @@ class LocalBackend(Backend):
     name = "local"
 
     def __init__(self, *, max_idle: int = 8, **options: Any) -> None:
-        from sandboxes.local import LocalConfig, choose_isolation, reap_orphan_dirs
+        from sandboxes.local.sandbox import LocalConfig, choose_isolation, reap_orphan_dirs
 
         if max_idle < 0:
             raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
@@ -39,7 +40,7 @@ class LocalBackend(Backend):
         reap_orphan_dirs()
 
     async def _new(self) -> Sandbox:
-        from sandboxes.local import LocalSandbox
+        from sandboxes.local.sandbox import LocalSandbox
 
         # constructing probes bwrap once per process (a few subprocess calls): off the event loop
         return await asyncio.to_thread(LocalSandbox, self.config)

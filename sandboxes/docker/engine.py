@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from typing import Any
 
-from sandboxes.docker_channel import Channel
-from sandboxes.docker_policy import LABEL, WORKDIR, DockerConfig, container_spec, worker_command
+from sandboxes.docker.channel import Channel
+from sandboxes.docker.policy import LABEL, WORKDIR, DockerConfig, container_spec, worker_command
 from sandboxes.owner import OWNER_PID, orphaned, owner_labels
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Transport of the sandbox worker: length-prefixed JSON frames on raw file descriptors (standard library only).
 
 A frame is a 4-byte big-endian length and a UTF-8 JSON object. The host speaks the same
-framing over the container's attach socket (:mod:`sandboxes.docker_channel`).
+framing over the container's attach socket (:mod:`sandboxes.docker.channel`).
 """
 
 import json

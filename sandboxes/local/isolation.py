@@ -17,7 +17,7 @@ that child away from the host is decided here, once per process and interpreter:
   absent) before it starts, and when that uid cannot run the interpreter the run
   is refused rather than done as root.
 
-The mechanism (starting, limiting and killing the child) lives in :mod:`sandboxes.local`.
+The mechanism (starting, limiting and killing the child) lives in :mod:`sandboxes.local.sandbox`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Process control inside the sandbox container: find, kill and reap processes, read the OOM counter,
-empty directories (standard library only; part of the worker, see :mod:`sandboxes.worker`).
+empty directories (standard library only; part of the worker, see :mod:`sandboxes.docker.worker`).
 """
 
 import os

@@ -1,7 +1,7 @@
 """Process control of the local sandbox: reserve a uid, spawn a program under limits, watch it, kill it.
 
-Mechanism only: which limits and isolation apply is decided by :mod:`sandboxes.local_policy`
-and :mod:`sandboxes.isolation`; :func:`run_fenced` starts a command in a new session, feeds its
+Mechanism only: which limits and isolation apply is decided by :mod:`sandboxes.local.policy`
+and :mod:`sandboxes.local.isolation`; :func:`run_fenced` starts a command in a new session, feeds its
 stdin, reads its output while produced (capped), and at its end, its timeout, a flood or a
 cancellation kills its process group and everything it left (as the sandbox uid when there is
 one: ``kill(-1, SIGKILL)`` sent as that uid).
@@ -389,9 +389,9 @@ async def _exited(proc: asyncio.subprocess.Process) -> int:
     ``Process.wait()`` also waits for its pipes to close, which a background child
     holding stdout would delay to the timeout; the exit status is set on exit (by
     asyncio's child watcher, in its thread). The process's pidfd wakes this wait when
-    the process ends (a 5 ms poll of every running call kept 64 calls' event loop busy
-    200 times a second each); a 50 ms poll is the backstop, and the only wait where
-    there is no pidfd.
+    the process ends (a fast poll of every running call keeps the event loop busy when
+    many calls run); a 50 ms poll is the backstop, and the only wait where there is no
+    pidfd.
     """
     pidfd, ended = _pidfd(proc.pid), False
     try:

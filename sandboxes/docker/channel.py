@@ -3,7 +3,7 @@
 The host writes a frame (4-byte big-endian length, UTF-8 JSON) to the worker's stdin and reads
 its answer from stdout; the engine multiplexes stdout and stderr on the one stream with 8-byte
 headers, which :class:`Channel` takes apart (the worker's own stderr is kept, the tail of it,
-for diagnosing a failure). The worker's side of the framing is :mod:`sandboxes.worker_wire`.
+for diagnosing a failure). The worker's side of the framing is :mod:`sandboxes.docker.worker.wire`.
 """
 
 from __future__ import annotations
