@@ -37,6 +37,7 @@ from inspect_ai.util import sandbox as inspect_sandbox
 from harness.core.messages import Generation, Message
 from harness.core.rollout import CountTokens, RolloutConfig, rollout
 from harness.core.seeds import trajectory_seed
+from harness.engines.launch_check import check_vllm_command, vllm_would_start
 from harness.evals.convert import to_generation, to_inspect, tool_info
 from harness.evals.shared_prefix import generate_shared
 from harness.evals.tokenizers import tool_token_counter
@@ -152,6 +153,8 @@ def saar_agent(
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
         model = get_model()
+        if vllm_would_start(model.api):
+            check_vllm_command()  # Inspect is about to start `vllm serve`: say first if it cannot be found
         sandbox = TranscribedSandbox(current_sandbox(), config.tool_env.tool_name)
         seed = trajectory_seed(run_seed, state.sample_id, state.epoch)
         count_tokens: CountTokens | None = tool_token_counter(model, tokenizer) if config.response_budget else None

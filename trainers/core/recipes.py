@@ -259,21 +259,53 @@ def _section(data: dict[str, Any], key: str, where: str, known: set[str] | None 
     return value
 
 
-def load_recipe(path: str | Path, *, check_files: bool = True) -> Recipe:
-    """Read and validate a recipe file (a path, or a name under ``trainers/recipes``)."""
+def _recipe_file(path: str | Path) -> Path:
+    """A recipe's file: a path, or a name under ``trainers/recipes``."""
     p = Path(path)
     if not p.exists() and (RECIPES / f"{path}.yaml").exists():
         p = RECIPES / f"{path}.yaml"
     if not p.is_file():
         shipped = sorted(x.stem for x in RECIPES.glob("*.yaml"))
         raise RecipeError(f"recipe {path}: no such file (recipes shipped: {shipped})")
+    return p
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: mappings merged key by key, any other value replaced."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _recipe_data(p: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A recipe file's mapping, on top of its ``base:`` recipe's (which may name a base of its own)."""
     where = str(p)
+    if p.resolve() in seen:
+        raise RecipeError(f"{where}: 'base' recipes form a loop: {' -> '.join(str(s) for s in (*seen, p.resolve()))}")
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise RecipeError(f"{where}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise RecipeError(f"{where}: a recipe is a mapping of {sorted(TOP_KEYS)}")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str) or not base:
+        raise RecipeError(f"{where}: 'base' must name a recipe (a name under trainers/recipes or a path)")
+    return _merged(_recipe_data(_recipe_file(base), (*seen, p.resolve())), data)
+
+
+def load_recipe(path: str | Path, *, check_files: bool = True) -> Recipe:
+    """Read and validate a recipe file (a path, or a name under ``trainers/recipes``).
+
+    A recipe may name a ``base:`` recipe and hold only what differs from it: its sections are merged
+    key by key on top of the base's (``name`` and ``description`` are its own).
+    """
+    p = _recipe_file(path)
+    where = str(p)
+    data = _recipe_data(p)
     if unknown := set(data) - TOP_KEYS:
         raise RecipeError(f"{where}: unknown top-level keys {sorted(unknown)}; known: {sorted(TOP_KEYS)}")
     name = data.get("name")
