@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import json
 import os
 import pwd
@@ -31,17 +32,34 @@ UID_LOCK_DIR = Path("/tmp/.cleaner-sandbox-uids")
 # --------------------------------------------------------------------------- uid reservation
 
 
+#: Where this process's next uid lease starts looking, per uid range.
+_next_uid: dict[tuple[int, int], int] = {}
+
+
+@functools.cache
+def _is_account(uid: int) -> bool:
+    """Whether ``uid`` belongs to an account of this machine (looked up once per process)."""
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
 class _UidLease:
-    """An unprivileged uid reserved for one sandbox for its lifetime (flock across processes)."""
+    """An unprivileged uid reserved for one sandbox for its lifetime (flock across processes).
+
+    The search starts after the uid this process leased last and wraps around, so with many sandboxes open a
+    lease tries the free uids first instead of every held one from the start of the range.
+    """
 
     def __init__(self, uid_range: tuple[int, int]) -> None:
         UID_LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
-        for uid in range(*uid_range):
-            try:
-                pwd.getpwuid(uid)
+        lo, hi = uid_range
+        start = _next_uid.get(uid_range, lo)
+        for uid in (*range(start, hi), *range(lo, start)):
+            if _is_account(uid):
                 continue  # a real account: never ours to kill
-            except KeyError:
-                pass
             fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_CREAT | os.O_RDWR, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -50,6 +68,7 @@ class _UidLease:
                 continue
             self.uid = self.gid = uid
             self._fd: int | None = fd
+            _next_uid[uid_range] = uid + 1 if uid + 1 < hi else lo
             return
         raise RuntimeError(f"no free sandbox uid in {uid_range}: too many local sandboxes open")
 
