@@ -1,4 +1,4 @@
-"""The OpenRLHF executor on a real engine: vLLM's async engine on CPU with the warm model (issue 20, item 1).
+"""The OpenRLHF executor on a real engine: vLLM's async engine on CPU with the warm model.
 
 OpenRLHF 0.11.2 runs an agent inside its vLLM rollout actor (``openrlhf/trainer/ray/vllm_engine.py``):
 ``create_vllm_engines`` builds ``RolloutRayActor`` actors, each holding ``vllm.AsyncLLMEngine`` (``AsyncLLM``)

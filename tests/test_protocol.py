@@ -97,7 +97,7 @@ def test_openai_shape_of_a_trajectory():
     assert inline[2]["content"] == "<tool_response>\n1\n</tool_response>"
 
 
-# --------------------------------------------------------------------------- issue 9, item 6
+# --------------------------------------------------------------------------- a history a strict server accepts
 
 
 def _check_strict_history(messages: list[dict]) -> None:

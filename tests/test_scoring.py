@@ -213,7 +213,7 @@ def test_extract_code_none(completion: str | None) -> None:
     assert extract_code(completion) is None
 
 
-# --------------------------------------------------------------------------- issue 9, items 7-9
+# --------------------------------------------------------------------------- the strict window, a bounded worker, GPQA phrases
 
 
 @pytest.mark.parametrize(

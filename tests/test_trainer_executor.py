@@ -243,7 +243,7 @@ def test_non_prefix_stable_template_is_reported(tokenizer):
 
 
 async def test_a_code_items_final_python_block_is_its_answer_not_a_tool_call(tokenizer):
-    """Issue 9 item 2: the parse mode comes from the problem kind (harness.core.problems), in training too."""
+    """The parse mode comes from the problem kind (harness.core.problems), in training too."""
     answer = "Read the number and print it.\n```python\nprint(input())\n```"
     item = TrainItem(
         "echo-1", "Print the input.", "", "code", tests=[{"input": "3\n", "output": "3\n", "testtype": "stdin"}]
