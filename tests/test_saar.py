@@ -183,7 +183,7 @@ def test_config_rejects_bad_values():
         SaarConfig(similarity="tokens")  # type: ignore[arg-type]
 
 
-# --------------------------------------------------------------------------- token counts, the attempt cap, call ids, seeds
+# --------------------------------------------------------------------------- tokens, attempt cap, ids, seeds
 
 
 def scripted(gens: list[Generation], seen: list | None = None):

@@ -213,7 +213,7 @@ def test_extract_code_none(completion: str | None) -> None:
     assert extract_code(completion) is None
 
 
-# --------------------------------------------------------------------------- the strict window, a bounded worker, GPQA phrases
+# --------------------------------------------------------------------------- strict window, worker, GPQA
 
 
 @pytest.mark.parametrize(
