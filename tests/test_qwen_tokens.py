@@ -373,7 +373,8 @@ async def test_reference_environment_counts_tool_output_in_budget_and_penalty(to
     payload = json.dumps({"name": "code_interpreter", "arguments": {"code": "print('x' * 3000)"}})
     call = f"{CALL_OPEN}\n{payload}\n{CALL_CLOSE}"
     turns = ["Let me look.\n" + call, FINAL]
-    cfg = {"saar": {"enabled": False}, "tool_env": "reference", "max_new_tokens": 4000, "overlong_buffer_len": 40}
+    cfg = {"saar": {"enabled": False}, "tool_env": "reference", "reward_on_response": True}
+    cfg |= {"max_new_tokens": 4000, "overlong_buffer_len": 40}
     result, traj, engine = await run_executor(tok, list(turns), local_sandbox, **cfg)
     tool = [m.content for m in traj.messages if m.role == "tool"]
     assert tool and tool[0].startswith("Tool call success\nstdout: xxx") and "...(truncated)..." in tool[0]

@@ -16,6 +16,7 @@ Generation stops at the end of a call (``</tool_call>``) or at the end of the tu
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from harness.core.messages import Message, to_openai
@@ -125,21 +126,31 @@ def render_ids(
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def tool_result_tokens(tokenizer: PreTrainedTokenizerBase, content: str) -> int:
-    """Tokens a tool result adds to a response under the model's chat template.
+def tool_result_counter(tokenizer: PreTrainedTokenizerBase) -> Callable[[str], int]:
+    """Counts the tokens a tool result adds to a response under the model's chat template.
 
     What the template writes after an assistant turn for a tool result holding ``content``, up to and
     including the opening of the next assistant turn (Qwen: ``<|im_start|>user\n<tool_response>\n...
     </tool_response><|im_end|>\n<|im_start|>assistant\n``): what Open-CLEANER's agent loop appends to
-    the response, and counts in its response budget, for a tool result.
+    the response, and counts in its response budget, for a tool result. The turns before it are rendered
+    once, here, not at every count.
     """
     before = [Message("user", "?"), Message("assistant", "!")]
-    after = [*before, Message("tool", content)]  # no call id: rendered as Qwen renders a tool result
     head = render_ids(tokenizer, before, add_generation_prompt=False, tools=False)
-    whole = render_ids(tokenizer, after, add_generation_prompt=True, tools=False)
-    if whole[: len(head)] != head:
-        raise ValueError("the chat template renders a tool result by changing the turns before it; cannot count it")
-    return len(whole) - len(head)
+
+    def count(content: str) -> int:
+        after = [*before, Message("tool", content)]  # no call id: rendered as Qwen renders a tool result
+        whole = render_ids(tokenizer, after, add_generation_prompt=True, tools=False)
+        if whole[: len(head)] != head:
+            raise ValueError("the chat template renders a tool result by changing the turns before it; cannot count")
+        return len(whole) - len(head)
+
+    return count
+
+
+def tool_result_tokens(tokenizer: PreTrainedTokenizerBase, content: str) -> int:
+    """Tokens a tool result holding ``content`` adds to a response (:func:`tool_result_counter`)."""
+    return tool_result_counter(tokenizer)(content)
 
 
 def stop_strings(tokenizer: PreTrainedTokenizerBase | None = None) -> list[str]:

@@ -124,7 +124,7 @@ def _repaired_call(text: str, raw: str, call_id: str, env: ToolEnv) -> tuple[Too
         name, args = obj["name"], obj["arguments"]
     except Exception:  # json_repair's own errors, a str or list value, a missing key: the parser drops the call
         return None
-    if name != env.tool_name or not isinstance(args, dict):
+    if name not in env.aliases or not isinstance(args, dict):
         return None, REFERENCE_FORMAT_ERROR
     code = args.get("code", "")
     return ToolCall(code=code if isinstance(code, str) else str(code), raw=raw, id=call_id, name=env.tool_name), None
@@ -281,7 +281,8 @@ def _reference_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | N
     stream as printed (cut to its first :data:`REFERENCE_STREAM_CHARS` characters). A text longer
     than ``limit`` keeps its first and last ``limit // 2`` characters around :data:`REFERENCE_CUT`.
     """
-    parts = ["Tool call success"] if ok else ["Tool call failure", f"reason: {_reference_reason(error_kind, TIMEOUT)}"]
+    reason = REFERENCE_TIMEOUT_REASON if error_kind == TIMEOUT else ""
+    parts = ["Tool call success"] if ok else ["Tool call failure", f"reason: {reason}"]
     if stdout:
         parts.append(f"stdout: {stdout[:REFERENCE_STREAM_CHARS]}")
     if stderr:
@@ -291,10 +292,6 @@ def _reference_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | N
         half = limit // 2
         text = f"{text[:half]}{REFERENCE_CUT}{text[-half:]}"
     return as_data(text)
-
-
-def _reference_reason(error_kind: str | None, timeout_kind: str) -> str:
-    return REFERENCE_TIMEOUT_REASON if error_kind == timeout_kind else ""
 
 
 def format_call_error(message: str, env: ToolEnv = PROJECT) -> str:

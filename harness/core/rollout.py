@@ -40,7 +40,7 @@ class Generate(Protocol):
 
 
 #: Tokens a tool result adds to the response, as the model's chat template renders it
-#: (:func:`harness.core.chat.tool_result_tokens`); what a ``response`` budget counts besides generated tokens.
+#: (:func:`harness.core.chat.tool_result_counter`); what a ``response`` budget counts besides generated tokens.
 CountTokens = Callable[[str], int]
 
 

@@ -1,7 +1,7 @@
 """The tokenizer a response budget counts tool output with, found for an Inspect model.
 
 Under a ``response`` budget (the ``reference`` tool environment) a tool result's tokens count, as the
-model's own chat template renders it (:func:`harness.core.chat.tool_result_tokens`). Inspect's served
+model's own chat template renders it (:func:`harness.core.chat.tool_result_counter`). Inspect's served
 providers do not tokenize, so the tokenizer is found here, once per process and model:
 
 * ``-T tokenizer=<hub id or path>`` when given;
@@ -17,7 +17,7 @@ from typing import Any
 
 from inspect_ai.model import Model
 
-from harness.core.chat import tool_result_tokens
+from harness.core.chat import tool_result_counter
 from harness.core.rollout import CountTokens
 
 
@@ -51,4 +51,4 @@ def model_tokenizer(model: Model, tokenizer: str | None = None) -> Any:
 def tool_token_counter(model: Model, tokenizer: str | None = None) -> CountTokens:
     """Tokens a tool result adds to the response of ``model`` (under its chat template)."""
     tok = model_tokenizer(model, tokenizer)
-    return functools.partial(tool_result_tokens, tok)
+    return tool_result_counter(tok)

@@ -35,6 +35,8 @@ class ExecutorConfig:
     output_chars: int | None = None  #: characters of a result the model sees (None: the tool environment's)
     sandbox: str | None = None  #: backend name for :func:`sandboxes.backends.get_backend` (None: the default)
     lenient_reward: bool = False  #: judge math by equivalence instead of the reference's strict check
+    #: the reward reads the whole response, tool output included (the reference's), instead of the final answer
+    reward_on_response: bool = False
     seed: int | None = None  #: seed of the per-trajectory SAAR draw (None: fresh randomness)
     #: tool programs running at once per executor, i.e. per vLLM engine (a sandbox is leased per call)
     sandbox_pool: int = 16

@@ -52,7 +52,7 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
 
-from harness.core.chat import tool_result_tokens
+from harness.core.chat import tool_result_counter
 from harness.core.messages import Generation, Message
 from harness.core.problems import rollout_config
 from harness.core.response import response_text
@@ -191,10 +191,10 @@ class AgentExecutor(AgentExecutorBase):
                 )
 
             sandbox = self._sandbox()
-            count = partial(tool_result_tokens, tokenizer) if config.response_budget else None
+            count = tool_result_counter(tokenizer) if config.response_budget else None
             traj = await rollout(messages, generate, sandbox, config, random.Random(rng_seed), count_tokens=count)
             # the reference's reward reads the whole response, tool output included (harness.core.response)
-            judged = response_text(traj.messages) if self.config.env.name == "reference" else traj.final_text
+            judged = response_text(traj.messages) if self.config.reward_on_response else traj.final_text
             return traj, await compute_reward(item, judged, sandbox, lenient=self.config.lenient_reward), store
 
         (traj, outcome, store), reruns = await rerun_on_sandbox_failure(

@@ -24,7 +24,6 @@ missing here. This project has no GPU: the stages themselves have not been run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.util
 import inspect
 import json
@@ -32,11 +31,11 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from harness.core.environ import temporary_environ
 from trainers.core.config import CONFIG_ENV
 from trainers.core.recipes import EXECUTOR_PATH, PROJECT_ROOT, Recipe, load_recipe, openrlhf_checks
 
@@ -152,20 +151,6 @@ def check_task_args(argv: list[str]) -> None:
         raise ValueError(f"{TASK_FILE.name}: the task takes no argument {sorted(unknown)} (it takes {sorted(params)})")
 
 
-@contextlib.contextmanager
-def _env(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def check_model_resolution(argv: list[str]) -> str:
     """Inspect resolves the command's ``--model`` and ``-M`` arguments to its SGLang provider.
 
@@ -175,7 +160,7 @@ def check_model_resolution(argv: list[str]) -> str:
     from inspect_ai.model import get_model
 
     model = argv[argv.index("--model") + 1]
-    with _env(SGLANG_BASE_URL="http://127.0.0.1:9/v1", SGLANG_API_KEY="smoke-dry-run"):
+    with temporary_environ(SGLANG_BASE_URL="http://127.0.0.1:9/v1", SGLANG_API_KEY="smoke-dry-run"):
         resolved = get_model(model, memoize=False, **_options_of(argv, "-M"))
     api = type(resolved.api).__name__
     if api != "SGLangAPI":
@@ -187,7 +172,7 @@ def check_executor_loads(config_json: str) -> None:
     """Load the executor file as OpenRLHF does (by path, no arguments) with the job's configuration."""
     from openrlhf.utils.agent import AgentExecutorBase
 
-    with _env(**{CONFIG_ENV: config_json}):
+    with temporary_environ(**{CONFIG_ENV: config_json}):
         spec = importlib.util.spec_from_file_location("agent_module", EXECUTOR_PATH)
         if spec is None or spec.loader is None:
             raise ValueError(f"cannot load {EXECUTOR_PATH}")
