@@ -27,7 +27,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
         pytest.fail(f"lint-imports is not installed beside {sys.executable} (the test extra has import-linter)")
     env = {**os.environ, "PYTHONPATH": str(root)}  # before the editable install: a copy's own tree is analysed
     return subprocess.run(
-        [str(exe), "--config", str(root / "pyproject.toml"), "--no-cache"],
+        [str(exe), str(root / "pyproject.toml"), "--no-cache"],
         cwd=root,
         env=env,
         capture_output=True,

@@ -28,7 +28,7 @@ TRAINERS = {
 #: ``python -m sandboxes``'s commands and what each does
 SANDBOXES = {
     "run": "run Python files one after the other in one sandbox, one JSON line each",
-    "bench": "benchmark the sandbox backends",
+    "speed": "benchmark the sandbox backends",
 }
 #: the packages the front door forwards to, with their commands
 PACKAGES = {"trainers": TRAINERS, "sandboxes": SANDBOXES}

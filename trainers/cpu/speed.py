@@ -7,7 +7,7 @@ on, and prints per step and per arm: rollout wall time, generated tokens (discar
 regenerations included), failed calls and SAAR events, then the on/off ratios (target:
 time <= 1.3x). No training happens: both arms sample from the same policy.
 
-    python -m trainers.cpu.bench [--recipe cpu-smoke] [--steps 4]
+    python -m trainers.cpu.speed [--recipe cpu-smoke] [--steps 4]
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ async def _arm(model, tok, items, cfg: CpuConfig, rcfg: RolloutConfig, steps: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainers.cpu.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m trainers.cpu.speed", description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="cpu-smoke")
     parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args(argv)
