@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.core.environ import temporary_environ
+
 ROOT = Path(__file__).resolve().parents[2]
 ENGINES = ("embedded", "vllm-server", "vllm-offline")
 TASK_ARGS = {"data": "fixture", "sandbox": "local", "temperature": 1.0, "top_p": 0.6}
@@ -178,9 +180,9 @@ def bench(args: argparse.Namespace) -> list[Figures]:
         elif engine == "vllm-server":
             with Server(model_spec(args.model), log_path=Path(args.log_dir) / "vllm-server.log") as s:
                 print(f"# {engine}: server up in {s.start_seconds:.1f} s ({s.base_url})", flush=True)
-                os.environ["VLLM_BASE_URL"] = s.base_url
-                for c in args.concurrency:
-                    report(engine, run_eval(f"vllm/{s.model}", c, args, {}))
+                with temporary_environ(VLLM_BASE_URL=s.base_url):
+                    for c in args.concurrency:
+                        report(engine, run_eval(f"vllm/{s.model}", c, args, {}))
         else:
             from transformers import AutoTokenizer
 

@@ -539,8 +539,8 @@ def write_report(
         "",
         "## Purified failures",
         "",
-        "Each SAAR regeneration whose call ran: the failed call and the call installed in its place (logs from "
-        "before 2026-11-30 do not record the programs).",
+        "Each SAAR regeneration whose call ran: the failed call and the call installed in its place ('-' where "
+        "the log does not record the program).",
         "",
         purified_table(arms),
         "",
