@@ -54,8 +54,16 @@ SAMPLES = 4  # --rollout.n_samples_per_prompt: with 2, the SAAR-on arm's 6 rollo
 #: problems, so the earlier two stdin problems left an arm without a failing call (a cold run: 0 in 12 rollouts);
 #: of eight math problems, these failed most (rl-2000-0004-aime: 10 of 15 calls over both arms).
 PROBLEMS = ("rl-2000-0004-aime", "rl-2000-0013-aime", "rl-2000-0005-aime")
-CONFIG = ExecutorConfig(
-    saar={"enabled": True, "prob": 1.0, "max_retries": 2}, max_turns=3, timeout=5.0, sandbox="local", seed=0
+CONFIG = ExecutorConfig.from_json(
+    json.dumps(
+        {
+            "saar": {"enabled": True, "prob": 1.0, "max_retries": 2},
+            "max_turns": 3,
+            "timeout": 5.0,
+            "sandbox": "local",
+            "seed": 0,
+        }
+    )
 )
 #: what create_vllm_engines passes to vllm.AsyncEngineArgs for one engine (tensor parallel 1, seed 0)
 ENGINE_KWARGS = {

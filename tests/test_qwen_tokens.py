@@ -212,7 +212,7 @@ async def run_executor(tokenizer, turns, sandbox, *, max_length=8192, max_tokens
 
     config.setdefault("saar", {"enabled": True, "prob": 1.0})
     backend = OneSandbox(sandbox)
-    executor = AgentExecutor(ExecutorConfig(seed=0, **config), backend=backend)
+    executor = AgentExecutor(ExecutorConfig.from_json(json.dumps({"seed": 0, **config})), backend=backend)
     engine = QwenEngine(tokenizer, turns)
     item = TrainItem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
     params = SimpleNamespace(max_tokens=max_tokens, logprobs=None, temperature=1.0)  # stands in for vllm's

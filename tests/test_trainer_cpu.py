@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from needs import import_or_skip
@@ -13,10 +14,12 @@ import_or_skip("peft")
 from harness.core.metrics import first_attempts  # noqa: E402
 from harness.core.rollout import Trajectory  # noqa: E402
 from harness.core.saar import SaarEvent  # noqa: E402
+from trainers.core.config import CpuConfig  # noqa: E402
 from trainers.core.recipes import load_recipe  # noqa: E402
 from trainers.cpu.ablation_config import AblationConfig, run_name  # noqa: E402
 from trainers.cpu.ablation_report import summarize, write_report  # noqa: E402
-from trainers.cpu.trainer import CpuConfig, shared_prompt_logps, train_cpu  # noqa: E402
+from trainers.cpu.grpo import shared_prompt_logps  # noqa: E402
+from trainers.cpu.trainer import train_cpu  # noqa: E402
 
 TINY = """
 name: tiny
@@ -84,7 +87,7 @@ def test_rollouts_whose_advantage_is_zero_skip_their_passes_and_the_gradient_sta
     import torch
     from trl import GRPOTrainer
 
-    from trainers.cpu.trainer import SharedPromptGRPOTrainer
+    from trainers.cpu.grpo import SharedPromptGRPOTrainer
 
     seen = []
     monkeypatch.setattr(GRPOTrainer, "compute_loss", lambda self, model, inputs, *a: seen.append(inputs) or 1.0)
@@ -124,7 +127,7 @@ def test_micro_batches_regrouped_by_prompt_give_the_optimizer_the_same_gradient(
     from trl.trainer.utils import shuffle_sequence_dict, split_tensor_dict
 
     from harness.engines.models import load_model
-    from trainers.cpu.trainer import SharedPromptGRPOTrainer, cleaner_reward
+    from trainers.cpu.grpo import SharedPromptGRPOTrainer, cleaner_reward
 
     torch.manual_seed(0)
     model, tok = load_model(None, dtype=torch.float64)
@@ -382,7 +385,8 @@ def test_the_ablation_runs_both_arms_on_the_engine_asked_for():
     recipe = load_recipe("cpu-ablation")
     on, off = (arm_recipe(recipe, arm, 1, 3, "vllm") for arm in ("on", "off"))
     assert on.cpu["engine"] == off.cpu["engine"] == "vllm"
-    assert on.executor.saar["enabled"] and not off.executor.saar["enabled"]
+    assert on.executor.saar.enabled and not off.executor.saar.enabled
+    assert replace(on.executor.saar, enabled=False) == off.executor.saar  # the rest of SAAR as the recipe says
     assert "engine" not in arm_recipe(recipe, "on", 1, 3).cpu  # the recipe's own (hf, CpuConfig's default)
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -88,7 +88,7 @@ def _params():
 
 
 async def _run(tokenizer, texts, prob=1.0, enabled=True):
-    cfg = ExecutorConfig(saar={"enabled": enabled, "prob": prob}, seed=0)
+    cfg = ExecutorConfig(saar=SaarConfig(enabled=enabled, prob=prob), seed=0)
     backend = _Backend()
     executor = AgentExecutor(cfg, backend=backend)
     engine = ScriptedEngine(tokenizer, texts)
@@ -218,7 +218,7 @@ async def test_inference_and_training_paths_give_the_same_purified_messages(toke
 
 
 async def test_logprobs_requested_is_a_clear_error(tokenizer):
-    executor = AgentExecutor(ExecutorConfig(), backend=_Backend())
+    executor = AgentExecutor(ExecutorConfig(saar=SaarConfig(enabled=True)), backend=_Backend())
     params = SimpleNamespace(max_tokens=None, logprobs=1)
     with pytest.raises(ValueError, match="is_correction_level off"):
         await executor.execute("p", _item().label(), params, 4096, tokenizer, ScriptedEngine(tokenizer, [FINAL]))
@@ -226,9 +226,42 @@ async def test_logprobs_requested_is_a_clear_error(tokenizer):
 
 def test_config_rejects_unknown_keys():
     with pytest.raises(ValueError, match="unknown keys"):
-        ExecutorConfig.from_json('{"saar": {}, "turns": 3}')
+        ExecutorConfig.from_json('{"saar": {"enabled": true}, "turns": 3}')
     with pytest.raises(ValueError, match="gamma"):
-        ExecutorConfig.from_json('{"saar": {"gamma": 2}}')
+        ExecutorConfig.from_json('{"saar": {"enabled": true, "gamma": 2}}')
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("{}", "no 'saar' settings"),
+        ('{"saar": {"prob": 0.7}}', "saar.enabled is not stated"),
+        ('{"saar": {"enabled": "yes"}}', r"saar\.enabled must be bool, got 'yes'"),
+        ('{"saar": {"enabled": true, "retries": 2}}', r"unknown keys in 'saar': \['retries'\]"),
+        ('{"saar": {"enabled": true, "max_retries": 1.5}}', r"saar\.max_retries must be int"),
+        ('{"saar": {"enabled": true, "similarity": "tokens"}}', "similarity must be 'code' or 'call'"),
+        ('{"saar": true}', "'saar' must be a mapping"),
+    ],
+)
+def test_the_saar_settings_are_stated_and_checked_where_they_are_read(text, message):
+    with pytest.raises(ValueError, match=rf"^where: .*{message}"):
+        ExecutorConfig.from_json(text, where="where")
+
+
+def test_the_executor_config_travels_as_json_and_reads_back_to_the_same_typed_saar():
+    cfg = ExecutorConfig.from_json('{"saar": {"enabled": true, "prob": 0.7}, "tool_env": "reference", "seed": 3}')
+    assert cfg.saar == SaarConfig(enabled=True, prob=0.7, similarity="call")  # the reference's similarity
+    assert ExecutorConfig.from_json(cfg.to_json()) == cfg
+    on = ExecutorConfig.from_json('{"saar": {"enabled": true, "prob": 1}}')  # an int where a float is asked
+    assert on.saar.prob == 1.0 and on.rollout_config().saar is on.saar
+    with pytest.raises(TypeError, match="must be a SaarConfig"):
+        ExecutorConfig(saar={"enabled": True})  # type: ignore[arg-type]
+
+
+def test_an_executor_without_its_settings_says_where_they_come_from(monkeypatch):
+    monkeypatch.delenv("CLEANER_AGENT_CONFIG", raising=False)
+    with pytest.raises(ValueError, match="CLEANER_AGENT_CONFIG is not set.*python -m trainers launch"):
+        AgentExecutor()
 
 
 def test_non_prefix_stable_template_is_reported(tokenizer):
@@ -248,7 +281,7 @@ async def test_a_code_items_final_python_block_is_its_answer_not_a_tool_call(tok
     item = TrainItem(
         "echo-1", "Print the input.", "", "code", tests=[{"input": "3\n", "output": "3\n", "testtype": "stdin"}]
     )
-    executor = AgentExecutor(ExecutorConfig(saar={"enabled": True, "prob": 1.0}, seed=0), backend=_Backend())
+    executor = AgentExecutor(ExecutorConfig(saar=SaarConfig(enabled=True, prob=1.0), seed=0), backend=_Backend())
     engine = ScriptedEngine(tokenizer, [answer] * 5)
     result, traj = await executor.run(item.prompt, item.label(), _params(), 4096, tokenizer, engine)
     assert traj.tool_calls == 0 and traj.stop_reason == "answer" and traj.events == []
@@ -258,7 +291,7 @@ async def test_a_code_items_final_python_block_is_its_answer_not_a_tool_call(tok
 async def test_fractional_saar_probability_draws_per_trajectory(tokenizer):
     """prob=1.0 never reaches the random draw; 0.5 must turn SAAR on for some trajectories and off for others,
     and each trajectory must then behave as its draw says."""
-    executor = AgentExecutor(ExecutorConfig(saar={"enabled": True, "prob": 0.5}, seed=3), backend=_Backend())
+    executor = AgentExecutor(ExecutorConfig(saar=SaarConfig(enabled=True, prob=0.5), seed=3), backend=_Backend())
     item = _item()
     draws = []
     for _ in range(12):

@@ -22,7 +22,7 @@ from sandboxes.base import ExecResult, Sandbox, SandboxError  # noqa: E402
 from trainers.core import _compat  # noqa: E402
 from trainers.core.config import CpuConfig  # noqa: E402
 from trainers.core.data import TrainItem  # noqa: E402
-from trainers.cpu.trainer import run_one  # noqa: E402
+from trainers.cpu.rollouts import run_one  # noqa: E402
 from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig  # noqa: E402
 
 A, B = 12345678, 87654321
@@ -95,7 +95,7 @@ class _Engine:
 async def _execute(tokenizer, failures: int, retries: int = 2):
     backend = _Backend(failures)
     executor = AgentExecutor(
-        ExecutorConfig(saar={"enabled": True, "prob": 1.0}, seed=0, sandbox_retries=retries), backend=backend
+        ExecutorConfig(saar=SaarConfig(enabled=True, prob=1.0), seed=0, sandbox_retries=retries), backend=backend
     )
     item = _item()
     params = SimpleNamespace(max_tokens=None, logprobs=None, temperature=1.0)
@@ -146,6 +146,105 @@ async def test_the_cpu_trainers_rollout_reruns_after_a_sandbox_death_and_counts_
 
 def test_sandbox_retries_below_zero_is_refused():
     with pytest.raises(ValueError, match="sandbox_retries"):
-        ExecutorConfig(sandbox_retries=-1)
+        ExecutorConfig(saar=SaarConfig(enabled=True), sandbox_retries=-1)
     with pytest.raises(ValueError, match="sandbox_retries"):
         CpuConfig(sandbox_retries=-1)
+
+
+# --- a step that ends on sandbox faults, and --resume -------------------------------------------------------------
+
+FAULTY = """
+name: faulty
+model: null
+data: {source: trainers/data/bignum.jsonl, limit: 4}
+executor:
+  saar: {enabled: true, prob: 1.0, max_retries: 1}
+  max_turns: 1
+  timeout: 5.0
+  sandbox: local
+cpu: {steps: 3, prompts_per_step: 1, num_generations: 2, max_new_tokens: 8, max_total_tokens: 400, save_steps: 1,
+      sandbox_retries: 0, step_fault_runs: 2}
+"""
+
+
+class _FailingBackend:
+    """The real local backend, whose leases fail (as a removed container's do) after ``healthy`` of them."""
+
+    def __init__(self, healthy: int) -> None:
+        from sandboxes.local.pool import LocalBackend
+
+        self.real, self.healthy, self.leases = LocalBackend(), healthy, 0
+
+    async def acquire(self) -> Sandbox:
+        self.leases += 1
+        if self.leases > self.healthy:
+            raise SandboxError("sandbox container removed from outside")
+        return await self.real.acquire()
+
+    async def release(self, sandbox: Sandbox) -> None:
+        await self.real.release(sandbox)
+
+    async def shutdown(self) -> None:
+        await self.real.shutdown()
+
+
+def _metrics(run) -> list[dict]:
+    import json
+
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_samples_a_step_that_ended_on_sandbox_faults_anew_and_stops_when_it_keeps_failing(tmp_path, monkeypatch):
+    """The real CPU trainer: step 2's sandbox fails past its reruns. --resume runs step 2 with other seeds (its
+    metrics line says ``reseed``), never the same ones; after ``step_fault_runs`` failed runs of the step, --resume
+    stops before training with what failed, how often and what to do; with the faults moved aside it continues."""
+    import trainers.cpu.trainer as trainer
+    from trainers.core.faults import StepKeepsFailing
+    from trainers.core.recipes import load_recipe
+    from trainers.cpu.resume import FAULTS, step_faults
+
+    path = tmp_path / "faulty.yaml"
+    path.write_text(FAULTY)
+    recipe = load_recipe(path)
+    out = tmp_path / "runs"
+
+    def backend(healthy: int) -> None:
+        monkeypatch.setattr(trainer, "get_backend", lambda name: _FailingBackend(healthy))
+
+    backend(healthy=2)  # step 1's two rollouts, then every lease fails
+    with pytest.raises(SandboxError, match="not scored"):
+        trainer.train_cpu(recipe, out_root=out, run_name="r", progress=False)
+    run = out / "r"
+    assert [m["step"] for m in _metrics(run)] == [1] and _metrics(run)[0]["reseed"] == 0
+    assert [(f.step, f.reseed) for f in step_faults(run)[2]] == [(2, 0)]
+    assert "sandbox container removed from outside" in step_faults(run)[2][0].error
+
+    backend(healthy=0)  # still broken: step 2 is sampled with its first reseed, and fails again
+    with pytest.raises(SandboxError, match="not scored"):
+        trainer.train_cpu(recipe, out_root=out, run_name="r", resume=True, progress=False)
+    assert [(f.step, f.reseed) for f in step_faults(run)[2]] == [(2, 0), (2, 1)]
+
+    backend(healthy=100)  # repaired, but the run does not know: two runs of step 2 failed, so --resume stops
+    with pytest.raises(StepKeepsFailing, match=r"step 2 of .* in 2 runs.*removed from outside.*'local'.*move"):
+        trainer.train_cpu(recipe, out_root=out, run_name="r", resume=True, progress=False)
+    assert [m["step"] for m in _metrics(run)] == [1]  # nothing trained
+
+    (run / FAULTS).rename(run / "faults.old.jsonl")  # what the message says to do once the backend is fixed
+    trainer.train_cpu(recipe, out_root=out, run_name="r", resume=True, progress=False)
+    assert [(m["step"], m["reseed"]) for m in _metrics(run)] == [(1, 0), (2, 0), (3, 0)]
+
+
+def test_a_reseeded_step_samples_with_other_seeds_and_every_other_step_keeps_its_own(tmp_path):
+    from trainers.core.recipes import load_recipe
+    from trainers.cpu.resume import StepFault, record_step_fault
+    from trainers.cpu.trainer import CpuTrainer
+
+    path = tmp_path / "faulty.yaml"
+    path.write_text(FAULTY)
+    run = CpuTrainer(load_recipe(path), run_dir=tmp_path / "r")
+    seeds = {(step, reseed): run.row_seed(step, 0, reseed) for step in (1, 2) for reseed in (0, 1, 2)}
+    assert len(set(seeds.values())) == len(seeds)
+    assert run.step_reseed(2) == 0
+    (tmp_path / "r").mkdir()
+    record_step_fault(tmp_path / "r", StepFault(2, 0, "boom"))
+    assert run.step_reseed(2) == 1 and run.step_reseed(1) == run.step_reseed(3) == 0

@@ -49,13 +49,14 @@ def test_4b_recipe_mirrors_the_reference(capsys):
 
 def test_7b_recipe_uses_the_curriculum():
     r = load_recipe("qwen2.5-7b-cleaner")
-    assert r.executor.saar_config().prob == 0.7
+    assert r.executor.saar.prob == 0.7
     assert _flags(r.shell())["actor.adam.lr"] == ["1e-06"]
 
 
 def _write(tmp_path, text):
+    """A recipe file of ``text``; SAAR on unless ``text`` has an executor section of its own (which must state it)."""
     p = tmp_path / "r.yaml"
-    p.write_text(text)
+    p.write_text(text if "executor:" in text else f"{text}\nexecutor: {{saar: {{enabled: true}}}}\n")
     return p
 
 
@@ -72,7 +73,10 @@ BASE = "name: t\nmodel: some/model\ndata: {prepared: d.jsonl}\n"
         ("openrlhf: {vllm.enable_sleep: 1}", "is a switch"),
         ("openrlhf: {algo.advantage.is_correction_level: token}", "must be off"),
         ("trainer: {}", "unknown top-level keys"),
-        ("executor: {saar: {prob: 3}}", "prob"),
+        ("executor: {saar: {enabled: true, prob: 3}}", "r.yaml: executor: saar prob must be in"),
+        ("executor: {max_turns: 3}", r"r.yaml: executor: no 'saar' settings"),
+        ("executor: {saar: {prob: 0.7}}", "r.yaml: executor: saar.enabled is not stated"),
+        ("executor: {saar: {enabled: true, gama: 0.4}}", r"r.yaml: executor: unknown keys in 'saar': \['gama'\]"),
         ("executor: {max_turn: 3}", "unknown keys"),
         ("openrlhf: {train.agent_func_path: /nope/agent.py}", "does not exist"),
     ],
@@ -161,13 +165,13 @@ def test_openrlhf_overlong_penalty_is_refused_with_the_reason(tmp_path):
 
 
 def test_executor_budget_comes_from_rollout_max_new_tokens(tmp_path):
-    ok = BASE + "openrlhf: {rollout.max_new_tokens: 8192}\nexecutor: {overlong_buffer_len: 1024}"
+    ok = BASE + "openrlhf: {rollout.max_new_tokens: 8192}\nexecutor: {saar: {enabled: true}, overlong_buffer_len: 1024}"
     assert load_recipe(_write(tmp_path, ok)).executor.max_new_tokens == 8192
-    clash = BASE + "openrlhf: {rollout.max_new_tokens: 8192}\nexecutor: {max_new_tokens: 4096}"
+    clash = BASE + "openrlhf: {rollout.max_new_tokens: 8192}\nexecutor: {saar: {enabled: true}, max_new_tokens: 4096}"
     with pytest.raises(RecipeError, match="differs from openrlhf.rollout.max_new_tokens"):
         load_recipe(_write(tmp_path, clash))
     with pytest.raises(RecipeError, match="needs max_new_tokens"):
-        load_recipe(_write(tmp_path, BASE + "executor: {overlong_buffer_len: 1024}"))
+        load_recipe(_write(tmp_path, BASE + "executor: {saar: {enabled: true}, overlong_buffer_len: 1024}"))
 
 
 def test_ray_env_vars_reach_the_workers(tmp_path):

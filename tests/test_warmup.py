@@ -142,3 +142,20 @@ def test_warm_model_loads_as_the_base_model_plus_the_adapter():
     assert not torch.equal(base.state_dict()[name], warm.state_dict()[name])
     assert torch.equal(base.state_dict()["model.norm.weight"], warm.state_dict()["model.norm.weight"])
     assert tokenizer.pad_token is not None
+
+
+def test_warmup_measure_runs_the_fixture_of_every_registered_benchmark(tmp_path, monkeypatch):
+    """The measured sources come from the benchmark registry: a benchmark registered later is measured too."""
+    from dataclasses import replace
+
+    from harness.benchmarks import registry
+    from trainers.warmup.measure import sources
+
+    extra = replace(registry.BENCHMARKS["aime25"], name="aime26", title="AIME 2026")
+    monkeypatch.setitem(registry.BENCHMARKS, "aime26", extra)
+    found = sources(tmp_path, heldout_math=2, heldout_code=2, seed=7, fixtures=True)
+    fixtures = [(name, task, data) for name, task, data in found if data == "fixture"]
+    assert fixtures == [(f"{b} fixture", b, "fixture") for b in registry.BENCHMARKS]
+    assert "aime26" in [task for _, task, _ in fixtures]
+    by_name = {name: task for name, task, _ in found}
+    assert by_name["held-out math"] == "aime24" and by_name["held-out stdin"] == "livecodebench"

@@ -43,7 +43,7 @@ class RecordingEngine:
 class AgentExecutor(CleanerExecutor):
     def __init__(self) -> None:
         super().__init__()  # the configuration from CLEANER_AGENT_CONFIG, as on a cluster
-        off = dataclasses.replace(self.config, saar={**self.config.saar, "enabled": False})
+        off = dataclasses.replace(self.config, saar=dataclasses.replace(self.config.saar, enabled=False))
         self._off = CleanerExecutor(off)
 
     async def execute(self, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images=None):

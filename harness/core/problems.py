@@ -8,7 +8,7 @@ them that way), but for code that block IS the answer the prompt asks for, so ru
 as a tool call (and letting SAAR purify it) would execute and rewrite final answers.
 
 Evaluation (:mod:`harness.evals.tasks`) and both trainers (``trainers/openrlhf_plugin/executor.py``,
-``trainers/cpu/trainer.py``) build their :class:`~harness.core.rollout.RolloutConfig` with
+``trainers/cpu/rollouts.py``) build their :class:`~harness.core.rollout.RolloutConfig` with
 :func:`rollout_config`, so the rule lives here only.
 """
 

@@ -1,5 +1,11 @@
 """Configuration of the CLEANER agent executor (JSON in ``CLEANER_AGENT_CONFIG``).
 
+SAAR travels as one typed :class:`harness.core.saar.SaarConfig`, read from a recipe's or the JSON's ``saar``
+mapping by :func:`parse_saar` and nowhere else. That mapping must state ``enabled``: a trainer's run is either
+CLEANER (rollback on) or its plain-GRPO baseline, and no default picks one silently (the evaluation's switch,
+``-T saar``, defaults to off; the executor's used to default to on). Every other key defaults to
+:class:`~harness.core.saar.SaarConfig`'s (the paper's), ``similarity`` to the tool environment's.
+
 It lives apart from :mod:`trainers.openrlhf_plugin.executor` because OpenRLHF loads the executor file
 by path as an unregistered module, where dataclasses cannot be defined.
 """
@@ -9,10 +15,10 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, Literal, get_origin, get_type_hints
 
 from harness.core.rollout import RolloutConfig
-from harness.core.saar import SaarConfig
+from harness.core.saar import SaarConfig, Similarity
 from harness.core.toolenv import ToolEnv, get_tool_env
 from trainers.core.faults import SANDBOX_RETRIES
 
@@ -21,13 +27,47 @@ CONFIG_ENV = "CLEANER_AGENT_CONFIG"
 ENGINES = ("hf", "vllm", "auto")
 #: the weights' dtype in vLLM's engine (CpuConfig.engine_dtype)
 ENGINE_DTYPES = ("float32", "bfloat16")
+#: the type of each ``saar`` key: :class:`SaarConfig`'s fields (a ``Literal`` is a ``str``); ints are taken where a
+#: float is asked
+_SAAR_TYPES: dict[str, type] = {
+    name: str if get_origin(hint) is Literal else hint for name, hint in get_type_hints(SaarConfig).items()
+}
+
+
+def parse_saar(data: Any, where: str, similarity: Similarity) -> SaarConfig:
+    """The ``saar`` mapping at ``where`` as a :class:`SaarConfig`; ``similarity`` when it names none.
+
+    ``enabled`` must be stated. Raises ValueError naming ``where`` and the key: an unknown key, a value of the
+    wrong type or out of range.
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: 'saar' must be a mapping of {sorted(_SAAR_TYPES)}, got {data!r}")
+    if unknown := set(data) - set(_SAAR_TYPES):
+        raise ValueError(f"{where}: unknown keys in 'saar': {sorted(unknown)}; known: {sorted(_SAAR_TYPES)}")
+    values = dict(data)
+    for key, value in data.items():
+        want = _SAAR_TYPES[key]
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            values[key] = value = float(value)
+        if not isinstance(value, want) or (want is not bool and isinstance(value, bool)):
+            raise ValueError(f"{where}: saar.{key} must be {want.__name__}, got {value!r}")
+    if "enabled" not in values:
+        raise ValueError(
+            f"{where}: saar.enabled is not stated; say true (CLEANER: failed calls rolled back) or false "
+            "(plain GRPO, the baseline): a recipe never gets SAAR on or off by default"
+        )
+    try:
+        return SaarConfig(**{"similarity": similarity, **values})
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from exc
 
 
 @dataclass(frozen=True)
 class ExecutorConfig:
     """What the executor needs beyond OpenRLHF's arguments (JSON in ``CLEANER_AGENT_CONFIG``)."""
 
-    saar: dict[str, Any] = field(default_factory=lambda: {"enabled": True, "prob": 1.0})
+    #: SAAR of every rollout (the per-trajectory draw uses ``seed``); stated, never defaulted (see the module)
+    saar: SaarConfig
     max_turns: int = 16
     #: the tool environment (harness.core.toolenv): "project" or "reference" (Open-CLEANER's)
     tool_env: str = "project"
@@ -49,6 +89,8 @@ class ExecutorConfig:
     overlong_penalty_factor: float = 1.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.saar, SaarConfig):
+            raise TypeError(f"ExecutorConfig.saar must be a SaarConfig (parse_saar reads a mapping), got {self.saar!r}")
         if self.sandbox_pool < 1:
             raise ValueError(f"sandbox_pool must be >= 1, got {self.sandbox_pool!r}")
         if self.sandbox_retries < 0:
@@ -66,9 +108,6 @@ class ExecutorConfig:
     def env(self) -> ToolEnv:
         return get_tool_env(self.tool_env, f"{CONFIG_ENV}: tool_env")
 
-    def saar_config(self) -> SaarConfig:
-        return SaarConfig(**{"similarity": self.env.similarity, **self.saar})
-
     def rollout_config(self) -> RolloutConfig:
         """The rollout of this configuration; a ``response`` budget counts against ``max_new_tokens``."""
         env = self.env
@@ -76,13 +115,15 @@ class ExecutorConfig:
             max_turns=self.max_turns,
             timeout=env.timeout if self.timeout is None else self.timeout,
             output_chars=env.output_chars if self.output_chars is None else self.output_chars,
-            saar=self.saar_config(),
+            saar=self.saar,
             tool_env=env,
             max_total_tokens=self.max_new_tokens if env.budget == "response" else None,
         )
 
     @classmethod
     def from_json(cls, text: str, where: str = CONFIG_ENV) -> ExecutorConfig:
+        """The configuration in ``text`` (a JSON object of this class's fields, ``saar`` a mapping: :func:`parse_saar`);
+        errors name ``where`` and the key."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -93,16 +134,25 @@ class ExecutorConfig:
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"{where}: unknown keys {sorted(unknown)}; known keys are {sorted(known)}")
-        cfg = cls(**data)
-        cfg.saar_config()  # validate now, not in the middle of a rollout (the tool environment too)
-        return cfg
+        if "saar" not in data:
+            raise ValueError(f"{where}: no 'saar' settings; state at least saar.enabled (true or false)")
+        env = get_tool_env(data.get("tool_env", cls.__dataclass_fields__["tool_env"].default), f"{where}: tool_env")
+        data["saar"] = parse_saar(data["saar"], where, env.similarity)
+        return cls(**data)
 
     @classmethod
     def from_env(cls) -> ExecutorConfig:
+        """The configuration in ``CLEANER_AGENT_CONFIG``; its absence is an error (it holds the SAAR switch)."""
         text = os.environ.get(CONFIG_ENV)
-        return cls.from_json(text) if text else cls()
+        if not text:
+            raise ValueError(
+                f"{CONFIG_ENV} is not set: the executor's settings (SAAR on or off among them) come from a recipe; "
+                f"run python -m trainers launch --recipe R, or set it to the JSON that puts in the job's runtime env"
+            )
+        return cls.from_json(text)
 
     def to_json(self) -> str:
+        """Every field, ``saar`` as a mapping of all of its own: :meth:`from_json` reads it back to this config."""
         return json.dumps(asdict(self), sort_keys=True)
 
 
@@ -169,6 +219,12 @@ class CpuConfig:
         SANDBOX_RETRIES,
         "reruns of a rollout whose sandbox failed (a killed container): from its start, never scored as the model's",
         minimum=0,
+    )
+    step_fault_runs: int = _help(
+        3,
+        "runs of one step that may end on sandbox faults: --resume samples such a step with new seeds each time, "
+        "then stops and says why (trainers.cpu.resume)",
+        minimum=1,
     )
     engine: str = _help(
         "hf",

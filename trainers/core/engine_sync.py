@@ -119,7 +119,7 @@ def engine_env() -> dict[str, str]:
 
 
 class EngineSampler:
-    """vLLM's engine as the CPU trainer's generator (the interface of :class:`trainers.cpu.trainer.PolicySampler`).
+    """vLLM's engine as the CPU trainer's generator (the interface of :class:`trainers.cpu.rollouts.PolicySampler`).
 
     Token ids in, sampled ids out; a turn ends at the end-of-turn token or after a complete tool call
     (the same stops as the in-process sampler), each request with its own seed. The engine is built in

@@ -7,7 +7,10 @@ cannot be scored, because the failure was not its program's. Both trainers (the 
 ``run_one`` and the OpenRLHF executor) run each rollout through :func:`rerun_on_sandbox_failure`:
 the same trajectory seed, a fresh sandbox and a fresh token store, at most ``retries`` more
 times; past that the step errors with the rollout's name, and the run resumes from its last
-checkpoint (``--resume``) with nothing of the steps already logged lost.
+checkpoint (``--resume``) with nothing of the steps already logged lost. The CPU trainer records such a
+step in its run directory and samples it with new seeds when ``--resume`` reaches it again; after
+``cpu.step_fault_runs`` runs of the step it stops with :class:`StepKeepsFailing` (:mod:`trainers.cpu.resume`),
+so a fault that repeats cannot make ``--resume`` loop.
 
 vLLM's engine dying mid-step (its process killed, out of memory) is not rerun: every rollout of the
 step shares it. :class:`EngineDied` says so and how to continue; the step's rollouts are not scored
@@ -40,6 +43,10 @@ class EngineDied(RuntimeError):
         )
 
 
+class StepKeepsFailing(SandboxError):
+    """A training step ended on sandbox faults in every run allowed, each with other seeds: ``--resume`` stops."""
+
+
 async def rerun_on_sandbox_failure(attempt: Callable[[], Awaitable[T]], *, retries: int, what: str) -> tuple[T, int]:
     """``await attempt()``; when it raises :class:`SandboxError`, run it again, at most ``retries`` more times.
 
@@ -56,5 +63,5 @@ async def rerun_on_sandbox_failure(attempt: Callable[[], Awaitable[T]], *, retri
                 logger.warning("%s: %s; rerunning the rollout from its start (%d of %d)", what, exc, rerun + 1, retries)
     raise SandboxError(
         f"{what}: the sandbox failed in {retries + 1} attempt(s), last: {failure}; the rollout is not scored "
-        "(the step errors; --resume continues the run from its last checkpoint)"
+        "(the step errors; --resume continues the run from its last checkpoint, this step with new seeds)"
     ) from failure

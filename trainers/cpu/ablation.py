@@ -48,7 +48,7 @@ from trainers.cpu.ablation_report import write_report
 def arm_recipe(recipe: Recipe, arm: str, seed: int, steps: int, engine: str = "") -> Recipe:
     """The recipe of one run: SAAR on or off, the seed and step count set (and the engine, when given), no
     checkpoints."""
-    saar = {**recipe.executor.saar, "enabled": arm == "on"}
+    saar = replace(recipe.executor.saar, enabled=arm == "on")
     cpu = {**recipe.cpu, "seed": seed, "steps": steps, "save_steps": 0, **({"engine": engine} if engine else {})}
     return replace(recipe, name=f"saar-{arm}-seed{seed}", executor=replace(recipe.executor, saar=saar), cpu=cpu)
 

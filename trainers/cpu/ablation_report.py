@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import platform
 import statistics
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -273,7 +273,7 @@ def write_report(cfg: AblationConfig, recipe: Recipe, elapsed_s: float | None) -
     summary = summarize(cfg)
     summary["config"] = asdict(cfg)
     summary["recipe"] = {"path": recipe.shown_path, "model": recipe.model, "cpu": recipe.cpu, "data": recipe.data}
-    summary["recipe"]["saar"] = recipe.executor.saar
+    summary["recipe"]["saar"] = asdict(recipe.executor.saar)
     models = sorted({str(ev.get("model")) for s in cfg.seeds for arm in ARMS if (ev := _eval(cfg, arm, s))})
     if elapsed_s is not None:
         summary["elapsed_s"] = elapsed_s
@@ -294,7 +294,7 @@ def write_report(cfg: AblationConfig, recipe: Recipe, elapsed_s: float | None) -
         f"seeds {seeds}, {cfg.steps} steps per run; seeds with both arms finished: {summary['seeds_complete']}. "
         f"Per step: {recipe.cpu.get('prompts_per_step')} problems x {recipe.cpu.get('num_generations')} rollouts, "
         f"at most {recipe.cpu.get('max_new_tokens')} tokens per turn, {recipe.executor.max_turns} turns; "
-        f"SAAR settings of the on arm: `{json.dumps({**recipe.executor.saar, 'enabled': True})}`. "
+        f"SAAR settings of the on arm: `{json.dumps(asdict(replace(recipe.executor.saar, enabled=True)))}`. "
         f"Weights every run started from: {', '.join(models) or 'not recorded'}. "
         f"Machine: {platform.machine()}, CPU only"
         + (f"; wall time {elapsed_s / 60:.1f} min." if elapsed_s is not None else "."),

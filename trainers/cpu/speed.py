@@ -20,8 +20,10 @@ from dataclasses import replace
 from harness.core import seeds
 from harness.core.rollout import RolloutConfig
 from trainers.core._compat import get_backend, load_model
+from trainers.core.config import CpuConfig
 from trainers.core.recipes import load_recipe
-from trainers.cpu.trainer import CpuConfig, PolicySampler, load_model_f32, load_train_items, run_one
+from trainers.cpu.rollouts import PolicySampler, run_one
+from trainers.cpu.trainer import load_model_f32, load_train_items
 
 
 async def _arm(model, tok, items, cfg: CpuConfig, rcfg: RolloutConfig, steps: int, sandbox: str) -> list[dict]:
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         max_turns=recipe.executor.max_turns,
         timeout=recipe.executor.timeout,
         output_chars=recipe.executor.output_chars,
-        saar=recipe.executor.saar_config(),
+        saar=recipe.executor.saar,
     )
     sandbox = recipe.executor.sandbox or "local"
     results = {}

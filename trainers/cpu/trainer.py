@@ -11,13 +11,13 @@ reason as in the plugin), plus ``env_mask`` (1 on the model's tokens, 0 on tool 
 and template headers, so no loss falls on them) and extra fields that reach the
 reward function.
 
-A step's rollouts run concurrently, and their turns are generated together in batches
+A step's rollouts (:mod:`trainers.cpu.rollouts`) run concurrently, and their turns are generated together in batches
 by :class:`harness.engines.generation.Batcher` (one forward pass over several sequences costs
 little more than over one on CPU). Every generation has its own sampling seed
 (:mod:`harness.core.seeds`: from the run's seed, the step, the rollout's row, the turn and
 the SAAR retry), so two runs that differ only in SAAR sample their first turns alike.
 The GRPO loss runs each group's shared prompt through the model once
-(:func:`shared_prompt_logps`).
+(:func:`trainers.cpu.grpo.shared_prompt_logps`).
 
 A run is ``results/train/<recipe>-<timestamp>/`` (a new one each time; ``--resume`` continues the
 newest, :mod:`trainers.cpu.runs`). Each step writes a line of metrics to its ``metrics.jsonl``: reward,
@@ -33,25 +33,29 @@ import asyncio
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
-from trl import GRPOTrainer
 
-from harness.core import chat, seeds
-from harness.core.messages import Generation, Message
-from harness.core.metrics import TrajectoryMetrics, aggregate, first_attempts, rate
-from harness.core.problems import rollout_config as problem_rollout_config
-from harness.core.rollout import RolloutConfig, Trajectory, rollout
-from trainers.core._compat import get_backend, get_render
+from harness.core import seeds
+from harness.core.rollout import RolloutConfig
+from sandboxes.base import SandboxError
+from trainers.core._compat import get_backend
 from trainers.core.config import CpuConfig
 from trainers.core.data import TrainItem, load_items, load_open_agentrl
-from trainers.core.faults import rerun_on_sandbox_failure
 from trainers.core.recipes import Recipe
-from trainers.core.reward import Outcome, compute_reward
-from trainers.core.tokens import SampledStore, assemble
+from trainers.cpu.grpo import SharedPromptGRPOTrainer, cleaner_reward
+from trainers.cpu.resume import (
+    StepFault,
+    checkpoint_to_resume,
+    next_step,
+    record_step_fault,
+    step_reseed,
+    write_settings,
+)
+from trainers.cpu.rollouts import PolicySampler, RolloutRecord, run_one, step_metrics
 from trainers.cpu.runs import resolve_run_dir
 
 RESULTS = Path("results/train")
@@ -60,114 +64,7 @@ EVAL_STEP = 1_000_000
 #: TRL's per-step log entries copied into metrics.jsonl (under the same names)
 TRL_LOGS = ("loss", "grad_norm", "reward_std", "frac_reward_zero_std", "entropy")
 
-__all__ = ["CpuConfig", "CpuTrainer", "PolicySampler", "RolloutRecord", "run_one", "step_metrics", "train_cpu"]
-
-
-class PolicySampler:
-    """The policy being trained as the rollout core's generator: token ids in, token ids out.
-
-    Requests from concurrent rollouts are generated together by one
-    :class:`harness.engines.generation.Batcher`; each request carries its own seed, so what a
-    turn samples does not depend on which other turns shared its batch.
-    """
-
-    def __init__(self, model: Any, tokenizer: Any, cfg: CpuConfig, max_batch: int) -> None:
-        from harness.engines.generation import Batcher  # noqa: PLC0415
-
-        self.tokenizer, self.cfg = tokenizer, cfg
-        self.batcher = Batcher(model, tokenizer, max_batch=max_batch, window_s=cfg.batch_window_s)
-        # a turn ends where evaluation ends it: at the end-of-turn token or after a complete tool call
-        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
-        self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
-
-    async def __call__(self, context_ids: list[int], budget: int, seed: int | None) -> tuple[list[int], bool]:
-        """Sample one turn after ``context_ids`` (at most ``budget`` tokens); return its ids and truncation."""
-        from harness.engines.generation import Request, Sampling  # noqa: PLC0415
-
-        max_new = min(self.cfg.max_new_tokens, budget)
-        if max_new <= 0:
-            return [], True
-        sampling = Sampling(
-            max_tokens=max_new,
-            temperature=self.cfg.temperature,
-            top_p=self.cfg.top_p,
-            seed=seed,
-            stop_token_ids=self.stop_token_ids,
-            stop_strings=self.stop_strings,
-        )
-        result = await self.batcher.generate(Request(context_ids, sampling))
-        return result.token_ids, result.finish_reason == "length"
-
-    def close(self) -> None:
-        self.batcher.close()
-
-
-@dataclass
-class RolloutRecord:
-    """One trajectory as the trainer sees it."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    env_mask: list[int]
-    reward: float
-    correct: bool
-    traj: Trajectory
-    sandbox_reruns: int = 0  #: times the rollout was rerun from its start after its sandbox failed
-
-
-async def run_one(
-    item: TrainItem, sampler: PolicySampler, backend: Any, rcfg: RolloutConfig, cfg: CpuConfig, seed: int
-) -> RolloutRecord:
-    """One CLEANER rollout of ``item`` and its reward, as token ids for TRL.
-
-    ``seed`` is the trajectory's seed (:func:`harness.core.seeds.trajectory_seed`): the rollout
-    core derives the SAAR draw and every generation's seed from it.
-    """
-    tok, render = sampler.tokenizer, get_render()
-    messages = item.messages()
-
-    async def attempt() -> tuple[Trajectory, Outcome, SampledStore]:
-        store = SampledStore()  # a rerun starts from nothing the failed attempt sampled
-
-        async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
-            ctx = assemble(tok, context, len(messages), store=store, add_generation_prompt=True, render=render)
-            ids, truncated = await sampler(ctx.ids, cfg.max_total_tokens - len(ctx.ids), seed)
-            ended = bool(ids) and ids[-1] in sampler.stop_token_ids  # the end-of-turn token is not part of the text
-            text = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
-            store.add(text, ids)
-            return Generation(text=text, truncated=truncated, output_tokens=len(ids), token_ids=ids)
-
-        sandbox = await backend.acquire()
-        try:
-            traj = await rollout(messages, generate, sandbox, problem_rollout_config(item.kind, rcfg), seed=seed)
-            return traj, await compute_reward(item, traj.final_text, sandbox), store
-        finally:
-            await backend.release(sandbox)
-
-    what = f"rollout of {item.id!r} (seed {seed})"
-    (traj, outcome, store), reruns = await rerun_on_sandbox_failure(attempt, retries=cfg.sandbox_retries, what=what)
-    full = assemble(tok, traj.messages, len(messages), store=store, render=render)
-    prompt_len = len(assemble(tok, messages, len(messages), add_generation_prompt=True, render=render).ids)
-    mask = full.action_mask()
-    completion = full.ids[prompt_len:] or [tok.eos_token_id]
-    env_mask = mask[prompt_len:] or [0]
-    return RolloutRecord(full.ids[:prompt_len], completion, env_mask, outcome.reward, outcome.correct, traj, reruns)
-
-
-def step_metrics(records: list[RolloutRecord], rollout_s: float) -> dict[str, Any]:
-    """The rollout part of a step's metrics line: reward, accuracy and :func:`harness.core.metrics.aggregate`."""
-    n = max(len(records), 1)
-    firsts = [first_attempts(r.traj) for r in records]
-    calls, failures = sum(c for c, _ in firsts), sum(f for _, f in firsts)
-    return {
-        "reward": sum(r.reward for r in records) / n,
-        "accuracy": sum(r.correct for r in records) / n,
-        **aggregate([TrajectoryMetrics.of(r.traj) for r in records]),
-        "first_calls": calls,
-        "first_call_failure_rate": rate(failures, calls),
-        "sandbox_reruns": sum(r.sandbox_reruns for r in records),
-        "rollout_s": rollout_s,
-    }
+__all__ = ["CpuTrainer", "StepLog", "load_model_f32", "load_train_items", "rollout_engine", "train_cpu"]
 
 
 def load_train_items(recipe: Recipe) -> list[TrainItem]:
@@ -179,180 +76,6 @@ def load_train_items(recipe: Recipe) -> list[TrainItem]:
         items = load_items(path)
         return items[:limit] if limit else items
     return load_open_agentrl(source, limit=limit)
-
-
-def shared_prompt_logps(
-    model: Any,
-    input_ids: Any,
-    attention_mask: Any,
-    logits_to_keep: int,
-    temperature: float,
-    entropy: bool,
-    *,
-    bf16: bool = False,
-) -> tuple[Any, Any]:
-    """Log-probs (and entropies) of each row's last ``logits_to_keep`` tokens; a prompt's forward pass is shared.
-
-    The rows of a GRPO group share their prompt (the system prompt, tool schema and
-    problem: most of a short trajectory's tokens). Each distinct prompt runs through the
-    decoder once, with gradients; its keys and values are repeated for the group's rows,
-    which then run their completions only, and only completion positions go through the
-    LM head. Same numbers as a full forward pass of each row (to float precision), at a
-    fraction of the compute. ``input_ids`` is TRL's layout: left-padded prompts, then
-    right-padded completions; logits are divided by ``temperature`` as TRL does. With ``bf16`` the decoder and
-    the LM head run under bfloat16 autocast (the softmax in float32 at least: a float64 model keeps float64).
-    """
-    import torch  # noqa: PLC0415
-
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        return _shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, temperature, entropy)
-
-
-def _shared_prompt_logps(
-    model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int, temperature: float, entropy: bool
-) -> tuple[Any, Any]:
-    import torch  # noqa: PLC0415
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    decoder, head = base.get_decoder(), base.get_output_embeddings()
-    width = input_ids.size(1) - logits_to_keep
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for row in range(input_ids.size(0)):
-        prompt = input_ids[row, :width][attention_mask[row, :width].bool()]
-        groups.setdefault(tuple(prompt.tolist()), []).append(row)
-    logps: list[Any] = [None] * input_ids.size(0)
-    entropies: list[Any] = [None] * input_ids.size(0)
-    for prompt, rows in groups.items():
-        n, g = len(prompt), len(rows)
-        if n < 2:
-            raise ValueError("shared_prompt_logps: a prompt needs at least 2 tokens")
-        cache = decoder(input_ids=torch.tensor([prompt[:-1]]), use_cache=True).past_key_values
-        cache.batch_repeat_interleave(g)
-        completion = input_ids[rows, width:]
-        suffix = torch.cat([torch.full((g, 1), prompt[-1], dtype=completion.dtype), completion], dim=1)
-        mask = torch.cat([torch.ones((g, n), dtype=attention_mask.dtype), attention_mask[rows, width:]], dim=1)
-        positions = torch.arange(n - 1, n + logits_to_keep).unsqueeze(0).expand(g, -1)
-        hidden = decoder(input_ids=suffix, attention_mask=mask, position_ids=positions, past_key_values=cache)
-        logits = head(hidden.last_hidden_state[:, :-1])
-        logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
-        logprobs = torch.log_softmax(logits, dim=-1)
-        picked = logprobs.gather(-1, completion.unsqueeze(-1)).squeeze(-1)
-        for i, row in enumerate(rows):
-            logps[row] = picked[i]
-        if entropy:
-            with torch.no_grad():
-                ent = -(logprobs.exp() * logprobs).sum(-1)
-            for i, row in enumerate(rows):
-                entropies[row] = ent[i]
-    return torch.stack(logps), torch.stack(entropies) if entropy else None
-
-
-#: an advantage this small is 0: equal rewards, up to the float rounding of their group's mean (rewards that differ
-#: give advantages of 0.1 and more)
-ZERO_ADVANTAGE = 1e-6
-#: what TRL's GRPO hands the loss per micro-batch for text rollouts: tensors with a row per rollout, and the
-#: generation batch's token count (a micro-batch with anything else, such as images, is left whole)
-ROW_KEYS = frozenset({
-    "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "tool_mask",
-    "old_per_token_logps", "sampling_per_token_logps", "ref_per_token_logps", "importance_sampling_ratio",
-    "num_items_in_batch",
-})  # fmt: skip
-
-
-def regroup_micro_batches(batches: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same rows in micro-batches of the same sizes, ordered so that each holds as few prompts as it can.
-
-    TRL shuffles a step's rollouts before it splits them into micro-batches, so the rows a micro-batch trains come
-    from every group: each micro-batch runs every prompt through the decoder (:func:`shared_prompt_logps` shares a
-    prompt only within one micro-batch) and a backward pass, even when only one group has anything to learn. Here
-    the rows with an advantage come first, one prompt after another, and the rows without one last: a step whose
-    other groups all had equal rewards trains in one micro-batch with one prompt, and the micro-batches holding
-    only zero-advantage rows cost nothing (:meth:`SharedPromptGRPOTrainer.compute_loss`). Every key must be in
-    :data:`ROW_KEYS` (a tensor with a row per rollout, or the batch-wide ``num_items_in_batch``).
-    """
-    import torch  # noqa: PLC0415
-
-    sizes = [len(b["advantages"]) for b in batches]
-    rows = {
-        k: torch.cat([b[k] for b in batches]) if k != "num_items_in_batch" and batches[0][k] is not None else None
-        for k in batches[0]
-    }
-    advantages = rows["advantages"] if rows["advantages"].dim() == 1 else rows["advantages"].abs().amax(-1)
-    zero = (advantages.abs() < ZERO_ADVANTAGE).tolist()
-    prompts = [
-        tuple(ids[mask.bool()].tolist()) for ids, mask in zip(rows["prompt_ids"], rows["prompt_mask"], strict=True)
-    ]
-    first_seen = {prompt: i for i, prompt in reversed(list(enumerate(prompts)))}
-    order = torch.tensor(sorted(range(len(prompts)), key=lambda i: (zero[i], first_seen[prompts[i]], i)))
-    out, start = [], 0
-    for batch, size in zip(batches, sizes, strict=True):
-        picked = order[start : start + size]
-        out.append({k: v[picked] if v is not None else batch[k] for k, v in rows.items()})
-        start += size
-    return out
-
-
-class SharedPromptGRPOTrainer(GRPOTrainer):
-    """TRL's GRPOTrainer whose log-probs run each group's prompt once (:func:`shared_prompt_logps`), under
-    bfloat16 autocast when ``bf16_autocast`` is set (``cpu.bf16``; TRL's own ``bf16`` would not reach them), and
-    whose micro-batches put the rows of a prompt together (:func:`regroup_micro_batches`)."""
-
-    bf16_autocast = False
-    skipped_rows = 0  #: rollouts whose forward and backward passes were skipped (advantage 0)
-
-    def _prepare_inputs(self, generation_batch):  # noqa: ANN001, ANN202 - TRL's signature
-        """TRL's micro-batch for this accumulation step; when TRL has just generated the step's rollouts, they are
-        first regrouped (:func:`regroup_micro_batches`) wherever that leaves the optimizer's step unchanged: one
-        optimizer step per generation batch (``steps_per_generation`` = ``gradient_accumulation_steps``, one
-        iteration) and a loss that sums over tokens and divides by the whole generation batch's (``dapo``)."""
-        fresh = (
-            self._buffered_inputs is None or self._step % (self.args.steps_per_generation * self.num_iterations) == 0
-        )
-        inputs = super()._prepare_inputs(generation_batch)
-        one_step = self.num_iterations == 1 and self.args.steps_per_generation == self.args.gradient_accumulation_steps
-        batches = self._buffered_inputs
-        if fresh and self.model.training and one_step and self.loss_type == "dapo" and not set(batches[0]) - ROW_KEYS:
-            self._buffered_inputs = regroup_micro_batches(batches)
-            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
-        return inputs
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):  # noqa: ANN001, ANN201
-        """TRL's loss over the micro-batch's rollouts whose advantage is not 0.
-
-        A rollout whose group's rewards are all equal (or whose reward is its group's mean) has advantage 0 and, with
-        no KL term (``beta`` 0), adds exactly 0 to the loss and its gradient; the ``dapo`` loss divides by the tokens
-        of the whole generation batch, not of the rows present, so dropping those rows changes neither. TRL shuffles
-        a step's rollouts before it splits them into micro-batches, so they are dropped row by row. A micro-batch
-        with none left returns a zero that still gives every trainable weight a zero gradient, so the optimizer steps
-        as it would have.
-        """
-        drop = inputs["advantages"].abs() < ZERO_ADVANTAGE
-        drop = drop if drop.dim() == 1 else drop.all(-1)
-        if self.beta != 0.0 or self.loss_type != "dapo" or not drop.any() or set(inputs) - ROW_KEYS:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        self.skipped_rows += int(drop.sum())
-        if drop.all():
-            return sum(p.sum() for p in model.parameters() if p.requires_grad) * 0.0
-        keep = ~drop
-        rows = {k: v[keep] if k != "num_items_in_batch" and v is not None else v for k, v in inputs.items()}
-        return super().compute_loss(model, rows, return_outputs, num_items_in_batch)
-
-    def _get_per_token_logps_and_entropies(  # noqa: ANN201 - TRL's signature
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
-    ):
-        if kwargs.get("compute_aux_loss") or any(v is not None for k, v in kwargs.items() if k != "compute_aux_loss"):
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
-            )
-        logps, entropies = shared_prompt_logps(
-            model, input_ids, attention_mask, logits_to_keep, self.temperature, compute_entropy, bf16=self.bf16_autocast
-        )
-        return logps, entropies, None
-
-
-def cleaner_reward(prompts: list[Any], completions: list[Any], cleaner_reward: list[float], **_: Any) -> list[float]:
-    """TRL's reward function: the reward each rollout already computed (passed through ``rollout_func``)."""
-    return list(cleaner_reward)
 
 
 class CpuTrainer:
@@ -383,7 +106,8 @@ class CpuTrainer:
         self.by_prompt = {it.prompt: it for it in self.items}
         self.metrics_path = run_dir / "metrics.jsonl"
         self.ckpt_dir = run_dir / "checkpoints"
-        self.resume_from = self._checkpoint_to_resume()
+        self.resume_from = checkpoint_to_resume(run_dir, resume)
+        self.step_reseed(next_step(self.resume_from))  # a step that keeps failing stops here, before any loading
         self.trainer: Any = None  #: TRL's GRPOTrainer (built by setup)
         self.model: Any = None
         self.policy: Any = None  #: the model with its LoRA layers (what generates and trains)
@@ -414,15 +138,10 @@ class CpuTrainer:
         plot_metrics(self.metrics_path, self.run_dir / "metrics.png")
         return self.run_dir
 
-    def _checkpoint_to_resume(self) -> Path | None:
-        last = max(self.ckpt_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]), default=None)
-        if not self.resume and last is not None:
-            raise FileExistsError(
-                f"{self.run_dir} already holds a run; pass --resume to continue it or choose another --run"
-            )
-        if self.resume and last is None:
-            raise FileNotFoundError(f"--resume: {self.ckpt_dir} holds no checkpoint to continue from")
-        return last
+    def step_reseed(self, step: int) -> int:
+        """The reseed of ``step`` (:func:`trainers.cpu.resume.step_reseed`); raises when it keeps failing."""
+        backend = self.recipe.executor.sandbox or "local"
+        return step_reseed(self.run_dir, step, self.cfg.step_fault_runs, backend)
 
     def setup(self) -> None:
         """Load the model, build TRL's trainer, start the batcher and the sandbox backend."""
@@ -443,12 +162,7 @@ class CpuTrainer:
         else:
             self.sampler = PolicySampler(self.policy, self.tokenizer, self.cfg, max_batch=self.batch_size)
         info = {"recipe": self.recipe.shown_path, "model": self.recipe.model, "cpu": asdict(self.cfg), "engine": engine}
-        settings = self.run_dir / "recipe.json"
-        if self.resume and settings.exists():  # a resumed run keeps what it started with; note each resume
-            with (self.run_dir / "resumed.jsonl").open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps({"from": str(self.resume_from), **info}) + "\n")
-        else:
-            settings.write_text(json.dumps(info, indent=2))
+        write_settings(self.run_dir, info, self.resume_from)
 
     @property
     def batch_size(self) -> int:
@@ -540,13 +254,17 @@ class CpuTrainer:
         batches, rows = (batcher.batches, batcher.rows) if batcher else (0, 0)
         step = trainer.state.global_step + 1
         items = [self.by_prompt[p] for p in prompts]
+        reseed = self.step_reseed(step)
         try:
             sync_s = self.sync_engine(trainer.state.global_step)
-            records = self.loop.run_until_complete(self.rollouts(items, step))
+            records = self.loop.run_until_complete(self.rollouts(items, step, reseed=reseed))
+        except SandboxError as exc:  # past its reruns: recorded, so that --resume samples this step anew
+            record_step_fault(self.run_dir, StepFault(step, reseed, str(exc)))
+            raise
         finally:
             if was_training:
                 policy.train()
-        self.pending = step_metrics(records, time.perf_counter() - start)
+        self.pending = step_metrics(records, time.perf_counter() - start) | {"reseed": reseed}
         if batcher:
             self.pending["gen_batches"] = batcher.batches - batches  # generation calls of the step
             self.pending["gen_rows"] = batcher.rows - rows  # turns generated (rows over all batches)
@@ -574,20 +292,21 @@ class CpuTrainer:
         return self.loop.run_until_complete(sync(self.policy, step))
 
     async def rollouts(
-        self, items: list[TrainItem], step: int, rcfg: RolloutConfig | None = None
+        self, items: list[TrainItem], step: int, rcfg: RolloutConfig | None = None, *, reseed: int = 0
     ) -> list[RolloutRecord]:
         """Every rollout of a step at once (in the order of ``items``); their turns share batches."""
         assert self.sampler is not None
         rcfg = rcfg or self.rollout_config
         jobs = [
-            run_one(item, self.sampler, self.backend, rcfg, self.cfg, self.row_seed(step, row))
+            run_one(item, self.sampler, self.backend, rcfg, self.cfg, self.row_seed(step, row, reseed))
             for row, item in enumerate(items)
         ]
         return list(await asyncio.gather(*jobs))
 
-    def row_seed(self, step: int, row: int) -> int:
-        """The trajectory seed of one rollout: the same (run seed, step, row) samples alike in every run."""
-        return seeds.trajectory_seed(self.cfg.seed, f"step{step}-row{row}", 0)
+    def row_seed(self, step: int, row: int, reseed: int = 0) -> int:
+        """The trajectory seed of one rollout: the same (run seed, step, row) samples alike in every run; a step
+        rerun after sandbox faults (``reseed`` > 0, :mod:`trainers.cpu.resume`) samples with other seeds."""
+        return seeds.trajectory_seed(self.cfg.seed, f"step{step}-row{row}" + (f"-reseed{reseed}" if reseed else ""), 0)
 
     def record_step(
         self, step: int, max_steps: int, logs: dict[str, float], step_s: float, step_cpu_s: float

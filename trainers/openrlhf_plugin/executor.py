@@ -36,7 +36,8 @@ engine), so a docker node runs at most ``engines x sandbox_pool`` containers how
 many rollouts are in flight.
 
 Configuration comes from the environment variable ``CLEANER_AGENT_CONFIG`` (JSON of
-:class:`ExecutorConfig` fields), which the launcher puts into the Ray job's runtime env.
+:class:`ExecutorConfig` fields), which the launcher puts into the Ray job's runtime env; without it the
+executor refuses to start (it holds the SAAR switch, which has no default).
 
 This file is loaded by path (not as ``trainers.openrlhf_plugin.executor``), so it defines no dataclass itself:
 its configuration lives in :mod:`trainers.core.config`.

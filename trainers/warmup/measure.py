@@ -8,7 +8,7 @@ see what its regenerations do), on:
 * held-out generated problems: :mod:`harness.benchmarks.generators` with seeds the warm-up never
   used (math kinds through the ``aime24`` task, stdin programs through ``livecodebench``),
   written to ``<out>/data/`` in those tasks' schemas;
-* the project's fixtures of aime24, aime25, livecodebench and gpqa.
+* the project's fixture of every registered benchmark (:data:`harness.benchmarks.registry.BENCHMARKS`).
 
 ``--models A B C`` measures several models (the expert-iteration rounds' adapter directories, say) on the
 same problems and seeds, one after the other. It writes ``<out>/measure.md`` and ``measure.json``: one row
@@ -41,8 +41,10 @@ from inspect_ai.log import read_eval_log
 from inspect_ai.model import ChatMessage
 
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
+from harness.benchmarks.registry import BENCHMARKS
 from harness.core.environ import temporary_environ
 from harness.core.metrics import Regenerations, rate
+from harness.core.problems import Kind
 from harness.reports.compare import ArmRun, read_arms, run_arms, scored
 from trainers.core.config import ENGINE_DTYPES
 from trainers.warmup.config import HELD_OUT_SEED
@@ -172,15 +174,24 @@ def sources(out: Path, heldout_math: int, heldout_code: int, seed: int, fixtures
     found: list[tuple[str, str, str]] = []
     if heldout_math:
         math = generate(heldout_math, seed=seed, kinds=MATH_KINDS, prefix="heldout")
-        found.append(("held-out math", "aime24", str(write_aime_jsonl(math, out / "data" / "heldout_math.jsonl"))))
+        data = write_aime_jsonl(math, out / "data" / "heldout_math.jsonl")
+        found.append(("held-out math", task_of_kind("math"), str(data)))
     if heldout_code:
         code = generate(heldout_code, seed=seed + 1, kinds=("stdin",), prefix="heldout")
-        found.append(
-            ("held-out stdin", "livecodebench", str(write_lcb_jsonl(code, out / "data" / "heldout_stdin.jsonl")))
-        )
+        data = write_lcb_jsonl(code, out / "data" / "heldout_stdin.jsonl")
+        found.append(("held-out stdin", task_of_kind("code"), str(data)))
     if fixtures:
-        found += [(f"{t} fixture", t, "fixture") for t in ("aime24", "aime25", "livecodebench", "gpqa")]
+        found += [(f"{name} fixture", name, "fixture") for name in BENCHMARKS]
     return found
+
+
+def task_of_kind(kind: Kind) -> str:
+    """The first registered benchmark whose problems are of ``kind``: the task the held-out problems of that
+    kind run through (their files are written in its schema: AIME's for math, LiveCodeBench's for code)."""
+    try:
+        return next(b.name for b in BENCHMARKS.values() if b.kind == kind)
+    except StopIteration:
+        raise ValueError(f"no registered benchmark has problems of kind {kind!r}") from None
 
 
 def model_label(model: str) -> str:
