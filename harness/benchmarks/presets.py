@@ -7,6 +7,9 @@ one it runs the preset's protocol for the task's problem kind. Task arguments gi
 explicitly override either (so ``-T preset=cleaner-paper -T saar=false`` is the
 SAAR-off arm of the paper's protocol).
 
+A preset also runs its whole protocol at once, for a GPU engine (``harness.evals.concurrency``: the task's
+requests, samples in flight and sandbox pool; ``--max-connections`` / ``--max-samples`` override it).
+
 ``cleaner-paper`` is the protocol of the CLEANER authors' evaluation scripts (arXiv
 2601.15141, Open-CLEANER): AIME and GPQA with rollback ON at test time (3 retries) and
 16 samples per problem, LiveCodeBench with rollback OFF and 10 samples; temperature 1.0,

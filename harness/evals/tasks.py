@@ -31,9 +31,11 @@ from harness.benchmarks.registry import Benchmark, benchmark
 from harness.core.problems import Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
 from harness.core.saar import Similarity
+from harness.evals.concurrency import METADATA_KEY, Concurrency, preset_concurrency
 from harness.evals.scorers import code_scorer, gpqa_scorer, math_scorer
 from harness.evals.solver import saar_agent
 from harness.reports.card import protocol_card
+from sandboxes.backends import resolve_backend_name
 from sandboxes.inspect_provider import CleanerSandboxConfig, sandbox_metadata
 
 SandboxName = Literal["auto", "local", "docker"]
@@ -135,11 +137,13 @@ def to_samples(problems: Sequence[Problem]) -> MemoryDataset:
     return MemoryDataset(samples)
 
 
-def sandbox_spec(backend: str) -> SandboxEnvironmentSpec:
-    """The Inspect sandbox spec for ``-T sandbox=docker|local|auto`` (the project's ``cleaner`` provider)."""
+def sandbox_spec(backend: str, concurrency: Concurrency | None = None) -> SandboxEnvironmentSpec:
+    """The Inspect sandbox spec for ``-T sandbox=docker|local|auto`` (the project's ``cleaner`` provider), its pool
+    sized to ``concurrency`` when given (for ``auto``, to the backend it resolves to now)."""
     if backend not in ("auto", "local", "docker"):
         raise ValueError(f"-T sandbox={backend!r}: choose 'auto', 'local' or 'docker'")
-    return SandboxEnvironmentSpec("cleaner", CleanerSandboxConfig(backend=backend))  # type: ignore[arg-type]
+    options = concurrency.sandbox_options(resolve_backend_name(backend)) if concurrency else {}
+    return SandboxEnvironmentSpec("cleaner", CleanerSandboxConfig(backend=backend, options=options))  # type: ignore[arg-type]
 
 
 def problem_kind(problems: Sequence[Problem]) -> Kind:
@@ -202,6 +206,9 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     kind = problem_kind(problems)
     templates.require([kind])
     protocol = options.protocol(kind)
+    concurrency = preset_concurrency(options.preset, len(problems) * protocol.epochs)
+    sandbox = sandbox_spec(options.sandbox, concurrency)
+    config = generate_config(protocol)
     metadata: dict[str, Any] = {
         "preset": options.preset,
         "kind": kind,
@@ -218,7 +225,9 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         "gamma": protocol.gamma,
         "similarity": protocol.similarity,
         # where the programs run (backend, isolation), decided now as the sandbox provider will
-        "sandbox": sandbox_metadata(sandbox_spec(options.sandbox).config),
+        "sandbox": sandbox_metadata(sandbox.config),
+        # samples at once (a preset's; None: Inspect's defaults), read by the idle-engine warning
+        METADATA_KEY: concurrency.to_dict() if concurrency else None,
     }
     solver = saar_agent(
         protocol.rollout_config(kind),
@@ -231,8 +240,8 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         dataset=to_samples(problems),
         solver=solver,
         scorer=scorer(problems, protocol.judge),
-        sandbox=sandbox_spec(options.sandbox),
-        config=generate_config(protocol),
+        sandbox=sandbox,
+        config=config.merge(concurrency.generate_config()) if concurrency else config,
         epochs=Epochs(protocol.epochs),  # reducers: BenchmarkTask.epochs_reducer
         metadata=metadata,
     )
