@@ -398,6 +398,41 @@ async def test_work_dir_persists_in_a_rollout_and_is_reset(sb: LocalSandbox) -> 
     assert gone.stdout == "[]\n"
 
 
+async def test_reset_sweeps_the_uid_only_after_a_run_not_seen_to_end_whole(
+    strong: LocalSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reset after runs whose pid namespaces ended needs no /proc scan (the kernel killed all they started);
+    after a run that was killed it sweeps the uid again, and the work dir and /tmp are empty either way."""
+    if strong.isolation != "bwrap" or strong.uid is None:
+        pytest.skip("the namespace's end is seen only under bwrap, and the sweep is per sandbox uid")
+    import sandboxes.local.sandbox as local_sandbox
+
+    sweeps, sweep = [], local_sandbox.kill_uid
+    monkeypatch.setattr(local_sandbox, "kill_uid", lambda uid: sweeps.append(uid) or sweep(uid))
+    token = f"cleaner_reset_{uuid.uuid4().hex}"
+    code = (
+        "import subprocess, tempfile\n"
+        "open('work.txt', 'w').write('x')\n"
+        "tempfile.NamedTemporaryFile(delete=False).write(b'x')\n"
+        f"subprocess.Popen(['/bin/sleep', '1000', '{token}'], start_new_session=True)\n"
+        "print('started')"
+    )
+    result = await strong.run_python(code, timeout=10)
+    assert result.ok and result.stdout == "started\n", result.stderr
+    await strong.reset()
+    assert sweeps == [] and _pids_of_uid(strong.uid) == [] and _procs_with(token) == []
+    assert list(strong.workdir.iterdir()) == [] and list(strong._tmpdir.iterdir()) == []
+    timed_out = await strong.run_python(
+        f"import os\nos.system('/bin/sleep 1000 {token} &')\nwhile True: pass", timeout=0.5
+    )
+    assert timed_out.error_kind == TIMEOUT
+    await strong.reset()
+    assert sweeps == [strong.uid] and _pids_of_uid(strong.uid) == [] and _procs_with(token) == []
+    await strong.reset()
+    assert sweeps == [strong.uid], "a sweep is owed once per run not seen to end, not at every reset"
+    await assert_healthy(strong)
+
+
 async def test_work_dirs_of_two_sandboxes_are_separate(sb: LocalSandbox) -> None:
     other = _make(sb.config.isolation)
     try:
@@ -621,13 +656,12 @@ async def test_a_cancelled_call_leaves_nothing_running(local_sandbox: LocalSandb
 
 
 async def test_a_call_cancelled_while_it_starts_leaves_nothing_running() -> None:
-    """A cancel that lands while asyncio still connects the new process's pipes must neither hang nor leak.
+    """A cancel that lands while the new process's pipes are still being connected must neither hang nor leak.
 
-    The child is slow to exec (as the fork of a process holding gigabytes is), so the cancel arrives inside
-    ``asyncio.create_subprocess_exec``. Cancelled there, asyncio (3.11) kills the child alone and then waits,
-    with no timeout, for every pipe to close; a grandchild holding stdout kept the caller waiting for ever (main
-    thread idle in epoll). Here the grandchild is started before the exec and the child runs unisolated (as with
-    ``isolation="none"``); under bwrap it is the same: killing bwrap's outer process that early leaves the
+    The child is slow to exec (as the fork of a process holding gigabytes is), so the cancel arrives while the
+    spawn is under way. Killing the child alone and then waiting for every pipe to close would wait for ever on a
+    grandchild holding stdout. Here the grandchild is started before the exec and the child runs unisolated (as
+    with ``isolation="none"``); under bwrap it is the same: killing bwrap's outer process that early leaves the
     sandboxed program running.
     """
     token = f"cleaner_cancel_{uuid.uuid4().hex}"

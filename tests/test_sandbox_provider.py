@@ -155,6 +155,27 @@ async def test_local_backend_pools_and_resets() -> None:
         await backend.acquire()
 
 
+async def test_local_backend_keeps_as_many_as_were_in_use_at_once() -> None:
+    """By default a released sandbox is kept while fewer idle ones than the most ever in use wait, so a steady
+    load of N in flight reuses N sandboxes and makes none after its first round."""
+    backend = get_backend("local")
+    try:
+        first_round = [await backend.acquire() for _ in range(12)]
+        for box in first_round:
+            await box.run_python("open('x.txt', 'w').write('1')")
+            await backend.release(box)
+        assert backend.idle_limit == 12 and all(box.workdir.exists() for box in first_round)
+        second_round = [await backend.acquire() for _ in range(12)]
+        assert set(second_round) == set(first_round), "the second round made new sandboxes"
+        listings = [await box.run_python("import os\nprint(os.listdir('.'))") for box in second_round]
+        assert {r.stdout for r in listings} == {"[]\n"}, "a reused sandbox kept the previous sample's files"
+        for box in second_round:
+            await backend.release(box)
+    finally:
+        await backend.shutdown()
+    assert not any(box.workdir.exists() for box in first_round)
+
+
 def test_docker_pool_is_bounded_by_default_and_by_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     from sandboxes.docker.policy import MAX_CONTAINERS_ENV, default_max_containers
     from sandboxes.docker.pool import DockerBackend

@@ -157,3 +157,37 @@ def test_inspects_vllm_provider_evaluates_a_task_against_it(server: StandinProce
         assert trajectory["tool_calls"] >= Policy().calls and trajectory["stop_reason"] == "answer"
         assert any(isinstance(e, SandboxEvent) for e in sample.events)  # programs ran in the sandbox
         assert "\\boxed{" in sample.output.completion
+
+
+def test_the_executor_benchmark_s_engine_reads_back_what_the_executor_rendered() -> None:
+    """The executor benchmark's engine sees token ids: the conversation it reads back from the rendered context
+    must make the policy answer exactly as the server answers the same conversation in OpenAI form (else that
+    benchmark would measure another policy, e.g. one that never sees its failed runs)."""
+    pytest.importorskip("openrlhf")
+    from harness.core.chat import render
+    from harness.core.messages import Message, to_openai
+    from harness.core.protocol import ToolCall, format_result, serialize_call
+    from trainers.core import _compat
+    from trainers.openrlhf_plugin.speed import conversation
+
+    tokenizer = _compat.load_tokenizer()
+    broken = "n = 23\nprint(totl)\n"
+    messages = [
+        Message(role="system", content="Solve it."),
+        Message(role="user", content="What is the sum of the squares 1..23 modulo 1000?"),
+        Message(role="assistant", content="Let me compute.\n", call=ToolCall(broken, serialize_call(broken))),
+        Message(
+            role="tool",
+            content=format_result(ok=False, stdout="", stderr="NameError: totl", error_kind="NameError"),
+            tool_call_id="call_0",
+        ),
+    ]
+    text = tokenizer.decode(tokenizer(render(tokenizer, messages))["input_ids"], skip_special_tokens=False)
+    read_back = conversation(text)
+    assert [m["role"] for m in read_back] == ["system", "user", "assistant", "tool"]
+    as_served = to_openai(messages)  # as Inspect sends it: the call's arguments as a JSON string
+    as_served[2]["tool_calls"][0]["function"]["arguments"] = json.dumps({"code": broken})
+    for seed in range(20):
+        assert decide(Policy(), read_back, tools(), seed) == decide(Policy(), as_served, tools(), seed)
+    fixed = decide(Policy(refail_rate=0.0, rewrite_rate=0.0), read_back, tools(), 1)
+    assert fixed.call is not None and fixed.call[1].startswith("n = 23\n"), "the correction lost the failed program"

@@ -25,7 +25,8 @@ the policy's program with no Inspect around it, one and several sandboxes at onc
 
 The sandboxes: ``auto`` runs local, and docker when an engine answers with the sandbox image; naming one
 that cannot start (``--sandboxes docker`` without an engine, local without isolation) is an error, and so is a
-stand-in that does not start.
+stand-in that does not start. A docker sample holds a container from its start to its end, so at most
+``--max-containers`` docker samples run at once (the pool's bound, ``CLEANER_SANDBOX_MAX_CONTAINERS``).
 
 Profiles: ``--profile DIR`` runs each timed eval under cProfile, writes its stats there and prints the top
 entries; ``--py-spy DIR`` samples each eval process with py-spy (``pip install py-spy``), writes its raw stacks
@@ -508,6 +509,10 @@ def bench(args: argparse.Namespace) -> int:
         return 2
     for note in notes:
         print(f"# {note}", flush=True)
+    if "docker" in sandboxes:  # the pool's bound, for the ceiling here and the eval processes (they inherit it)
+        from sandboxes.docker.policy import MAX_CONTAINERS_ENV
+
+        os.environ[MAX_CONTAINERS_ENV] = str(max(args.max_containers, *args.sandbox_concurrency))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     policy = Policy(calls=args.calls, fail_rate=args.fail_rate)
@@ -591,6 +596,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--sandbox-seconds", type=float, default=3.0, help="each sandbox's own ceiling (0: skip)")
     parser.add_argument("--sandbox-concurrency", nargs="+", type=int, default=[1, 8])
+    parser.add_argument(
+        "--max-containers",
+        type=int,
+        default=16,
+        help="the docker pool's bound (a sample holds a container while it runs, so at most this many run at once)",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per configuration")
     parser.add_argument("--out", default=None, help="logs, stand-in log, profiles (default: a temporary directory)")
     parser.add_argument("--json", default=None, help="the figures as JSON (default: OUT/speed.json)")

@@ -14,9 +14,11 @@ logger = logging.getLogger(__name__)
 class LocalBackend(Backend):
     """Pool of :class:`~sandboxes.local.sandbox.LocalSandbox` objects.
 
-    A released sandbox is reset (leftover processes killed, work dir emptied) and
-    kept for the next :meth:`acquire`, up to ``max_idle`` of them; beyond that it is
-    closed. A new backend removes the sandbox directories of dead processes (SIGKILL runs no clean-up;
+    A released sandbox is reset (leftover processes killed, work dir emptied) and kept for the next
+    :meth:`acquire`, up to ``max_idle`` of them; beyond that it is closed. ``max_idle=None`` (the default) keeps
+    as many as were ever held at once (in use or prewarmed), so a steady load of N rollouts in flight reuses N
+    sandboxes instead of making new ones; an idle sandbox holds a directory and a reserved uid, no process.
+    A new backend removes the sandbox directories of dead processes (SIGKILL runs no clean-up;
     :func:`~sandboxes.local.sandbox.reap_orphan_dirs`). Options are those of
     :class:`~sandboxes.local.policy.LocalConfig`.
 
@@ -26,16 +28,17 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, *, max_idle: int = 8, **options: Any) -> None:
+    def __init__(self, *, max_idle: int | None = None, **options: Any) -> None:
         from sandboxes.local.sandbox import LocalConfig, choose_isolation, reap_orphan_dirs
 
-        if max_idle < 0:
+        if max_idle is not None and max_idle < 0:
             raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
         self.config = LocalConfig(**options)  # validates the options now, not at the first acquire
         self.choice = choose_isolation(self.config)
         self.max_idle = max_idle
         self._idle: list[Sandbox] = []
         self._all: set[Sandbox] = set()
+        self._peak = 0  #: the most sandboxes this backend has held at once (in use and prewarmed idle)
         self._closed = False
         reap_orphan_dirs()
 
@@ -50,6 +53,7 @@ class LocalBackend(Backend):
             sandbox = await self._new()
             self._all.add(sandbox)
             self._idle.append(sandbox)
+        self._peak = max(self._peak, len(self._all))
 
     async def acquire(self) -> Sandbox:
         if self._closed:
@@ -58,12 +62,18 @@ class LocalBackend(Backend):
             return self._idle.pop()
         sandbox = await self._new()
         self._all.add(sandbox)
+        self._peak = max(self._peak, len(self._all))
         return sandbox
+
+    @property
+    def idle_limit(self) -> int:
+        """How many released sandboxes are kept: ``max_idle``, or the most held at once when it is None."""
+        return self._peak if self.max_idle is None else self.max_idle
 
     async def release(self, sandbox: Sandbox) -> None:
         if sandbox not in self._all:
             raise ValueError("release() got a sandbox that this backend did not hand out")
-        if self._closed or len(self._idle) >= self.max_idle:
+        if self._closed or len(self._idle) >= self.idle_limit:
             self._all.discard(sandbox)
             await sandbox.close()
             return

@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -79,17 +80,28 @@ class _UidLease:
 
 
 def _pids_of_uid(uid: int) -> list[int]:
-    """Live (non-zombie) processes whose real uid is ``uid``."""
+    """Live (non-zombie) processes whose real uid is ``uid``.
+
+    Reads each ``/proc/PID/status`` as bytes and looks for its ``Uid:`` and ``State:`` lines without parsing the
+    rest (the scan runs while a sandbox is made and after every killed run, so its cost is per process on the
+    machine).
+    """
+    uid_line, zombie = b"\nUid:\t%d\t" % uid, b"\nState:\tZ"
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            status = Path(f"/proc/{entry}/status").read_text()
+            fd = os.open(f"/proc/{entry}/status", os.O_RDONLY)
         except OSError:
             continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("Uid", "").split()[:1] == [str(uid)] and not fields.get("State", "").strip().startswith("Z"):
+        try:
+            status = os.read(fd, 4096)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if uid_line in status and zombie not in status:
             pids.append(int(entry))
     return pids
 
@@ -279,6 +291,8 @@ class Outcome:
     timed_out: bool
     output_exceeded: bool
     exited: bool  #: False: the process could not be killed (should not happen)
+    #: The run's pid namespace was seen to end, so nothing it started is left (no sweep ran, none is needed)
+    namespace_ended: bool = False
 
 
 async def run_fenced(
@@ -303,11 +317,8 @@ async def run_fenced(
     Raises what starting the process raises (``OSError``, ``subprocess.SubprocessError``).
     """
     spawn = asyncio.ensure_future(
-        asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        _spawn(
+            argv,
             cwd=cwd,
             env=env,
             start_new_session=True,
@@ -319,14 +330,23 @@ async def run_fenced(
     try:
         proc = await asyncio.shield(spawn)
     except asyncio.CancelledError:
-        # Cancelled while asyncio still connects the pipes (the fork of a large process, such as a test suite
-        # that loaded models, is slow enough for a sample's time limit to land here). Cancelling the spawn would
-        # kill the direct child alone (bwrap's outer process: the sandbox survives it) and then wait, with no
-        # timeout, for all pipes to close, which the survivors hold: the caller waited for ever. Let the spawn
+        # Cancelled while the pipes are still being connected (the fork of a large process, such as a test suite
+        # that loaded models, is slow enough for a sample's time limit to land here). Killing the direct child
+        # alone would leave the sandbox running (bwrap's outer process: the sandbox survives it). Let the spawn
         # finish, kill all it started, then raise.
         spawn.add_done_callback(lambda done: _kill_spawned(done, uid))
         await asyncio.wait({spawn})
         raise
+    try:
+        return await _supervise(proc, data, timeout, cap, uid, namespace)
+    finally:
+        proc.close()  # its pipes, also when cancelled; a process not yet reaped is reaped when it ends
+
+
+async def _supervise(
+    proc: Child, data: bytes, timeout: float, cap: int, uid: int | None, namespace: NamespaceWatch | None
+) -> Outcome:
+    """:func:`run_fenced` once the process has started: feed it, read it, end it and whatever it left."""
     if namespace is not None:
         namespace.start()
     out, err = bytearray(), bytearray()
@@ -350,7 +370,8 @@ async def run_fenced(
             # /proc and may take rounds, follows in a thread: in the event loop it stalled every other call
             kill_group(proc.pid)
             await asyncio.wait({waiter}, timeout=0.5)
-        if not (ended_by_itself and namespace is not None and await namespace.ended(timeout=1.0)):
+        namespace_ended = ended_by_itself and namespace is not None and await namespace.ended(timeout=1.0)
+        if not namespace_ended:
             await asyncio.to_thread(kill_leftovers, proc.pid, uid)  # background children, setsid escapes
         cleaned = True
         await asyncio.wait(set(readers), timeout=0.3)
@@ -371,15 +392,89 @@ async def run_fenced(
             await asyncio.wait_for(asyncio.gather(_discard(proc.stdout), _discard(proc.stderr), proc.wait()), 0.2)
         except (TimeoutError, ProcessLookupError):
             pass
-    return Outcome(out, err, proc.returncode, timed_out, output_exceeded, exited)
+    return Outcome(out, err, proc.returncode, timed_out, output_exceeded, exited, namespace_ended)
 
 
-def _kill_spawned(spawn: asyncio.Future[asyncio.subprocess.Process], uid: int | None) -> None:
+def _kill_spawned(spawn: asyncio.Future[Child], uid: int | None) -> None:
     """Kill what a spawn whose caller was cancelled started (when it started anything)."""
     if not spawn.cancelled() and spawn.exception() is None:
-        pid = spawn.result().pid
-        kill_group(pid)
-        kill_leftovers(pid, uid)
+        child = spawn.result()
+        kill_group(child.pid)
+        kill_leftovers(child.pid, uid)
+        child.close()
+
+
+class Child:
+    """A process started by :func:`_spawn`: its pid, its pipes as streams, its exit status once it has ended."""
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
+        transports: list[asyncio.BaseTransport],
+    ) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self._transports = transports
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status (negative: killed by that signal), the process reaped once it has ended; None before."""
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        return await _exited(self)
+
+    def close(self) -> None:
+        """Close its pipes (what is still unread is dropped); a process that has not ended is reaped when it ends."""
+        for transport in self._transports:
+            transport.close()
+        if self.returncode is None:
+            pidfd = _pidfd(self.pid)
+            if pidfd is None:
+                threading.Thread(target=self._popen.wait, daemon=True).start()
+                return
+            loop = asyncio.get_running_loop()
+
+            def reap() -> None:
+                loop.remove_reader(pidfd)
+                os.close(pidfd)
+                self._popen.poll()
+
+            loop.add_reader(pidfd, reap)
+
+
+async def _spawn(argv: Sequence[str], **popen: Any) -> Child:
+    """Start ``argv`` with pipes for its stdin, stdout and stderr, connected to the running event loop.
+
+    Not ``asyncio.create_subprocess_exec``: on Python 3.11 that starts a thread per process to wait for its exit
+    (asyncio's ``ThreadedChildWatcher``), and the event loop waits for each thread to start. Here the process is
+    reaped from the loop when its pidfd says it has ended (:func:`_exited`, :attr:`Child.returncode`).
+    """
+    loop = asyncio.get_running_loop()
+    pipe = subprocess.PIPE
+    process = subprocess.Popen(list(argv), stdin=pipe, stdout=pipe, stderr=pipe, **popen)
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    transports: list[asyncio.BaseTransport] = []
+    try:
+        readers = []
+        for stream in (process.stdout, process.stderr):
+            reader = asyncio.StreamReader(loop=loop)
+            transport, _ = await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r), stream)
+            transports.append(transport)
+            readers.append(reader)
+        writing, protocol = await loop.connect_write_pipe(lambda: asyncio.streams.FlowControlMixin(), process.stdin)
+        transports.append(writing)
+    except BaseException:
+        kill_group(process.pid)
+        for transport in transports:
+            transport.close()
+        raise
+    stdin = asyncio.StreamWriter(writing, protocol, None, loop)  # type: ignore[arg-type]
+    return Child(process, stdin, readers[0], readers[1], transports)
 
 
 async def _pump(stream: asyncio.StreamReader, buf: bytearray, cap: int, flood: asyncio.Event) -> None:
@@ -402,23 +497,20 @@ async def _discard(stream: asyncio.StreamReader) -> None:
         pass
 
 
-async def _exited(proc: asyncio.subprocess.Process) -> int:
-    """Wait for the process itself to end.
+async def _exited(proc: Child) -> int:
+    """Wait for the process itself to end (not for its pipes, which a background child may hold open).
 
-    ``Process.wait()`` also waits for its pipes to close, which a background child
-    holding stdout would delay to the timeout; the exit status is set on exit (by
-    asyncio's child watcher, in its thread). The process's pidfd wakes this wait when
-    the process ends (a fast poll of every running call keeps the event loop busy when
-    many calls run); a 50 ms poll is the backstop, and the only wait where there is no
-    pidfd.
+    The process's pidfd wakes this wait when the process ends (a fast poll of every running call keeps the event
+    loop busy when many calls run), and :attr:`Child.returncode` then reaps it; a 50 ms poll is the backstop, and
+    the only wait where there is no pidfd.
     """
     pidfd, ended = _pidfd(proc.pid), False
     try:
         while proc.returncode is None:
             if pidfd is not None and not ended:
                 ended = await _readable(pidfd, 0.05)
-            else:  # ended: the watcher's thread is about to set the status
-                await asyncio.sleep(0.001 if ended else 0.05)
+            else:  # no pidfd: poll
+                await asyncio.sleep(0.05)
     finally:
         if pidfd is not None:
             os.close(pidfd)

@@ -127,6 +127,8 @@ class LocalSandbox(Sandbox):
             kill_uid(self._lease.uid)  # leftovers of a crashed earlier owner of this uid
         self._closed = False
         self._calls = 0
+        #: runs since the last sweep of the uid whose pid namespace was not seen to end (they may have left something)
+        self._unproven_runs = 0
         _open_sandboxes.add(self)
 
     # ----------------------------------------------------------------- set-up
@@ -255,6 +257,7 @@ class LocalSandbox(Sandbox):
         proc_env = self._env()
         proc_env.update(env or {})
         self._calls += 1
+        self._unproven_runs += 1
         namespace = NamespaceWatch() if self.isolation == "bwrap" else None
         try:
             full = self._wrap(argv, chdir, namespace) if namespace is not None else argv
@@ -315,6 +318,8 @@ class LocalSandbox(Sandbox):
                 extra=self._extra(),
             )
 
+        if outcome.namespace_ended:
+            self._unproven_runs -= 1
         out, err, exited = outcome.out, outcome.err, outcome.exited
         timed_out, output_exceeded = outcome.timed_out, outcome.output_exceeded
         if not exited:  # unkillable (should not happen): report a sandbox failure, do not hang
@@ -373,20 +378,33 @@ class LocalSandbox(Sandbox):
     # ----------------------------------------------------------------- lifecycle
 
     async def reset(self) -> None:
-        """Kill anything left, empty the work dir and /tmp (between rollouts)."""
-        if self._lease is not None:
-            await asyncio.to_thread(kill_uid, self._lease.uid)
+        """Kill anything left, empty the work dir and /tmp (between rollouts).
+
+        The sandbox uid is swept (a ``/proc`` scan, in a thread) unless every run since the last sweep was seen
+        to end whole: its pid namespace ended, so the kernel had killed all it started (``Outcome.namespace_ended``).
+        Directories with anything in them are emptied in a thread too.
+        """
+        await self._sweep()
+        if not all(_is_empty_dir(d) for d in (self.workdir, self._tmpdir)):
+            await asyncio.to_thread(self._empty_dirs)
+        self._make_dirs()
+
+    def _empty_dirs(self) -> None:
         for d in (self.workdir, self._tmpdir):
             shutil.rmtree(d, ignore_errors=True)
-        self._make_dirs()
+
+    async def _sweep(self) -> None:
+        """Kill every process of the sandbox uid, unless no run since the last sweep can have left one."""
+        if self._lease is not None and self._unproven_runs:
+            await asyncio.to_thread(kill_uid, self._lease.uid)
+        self._unproven_runs = 0
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        if self._lease is not None:
-            await asyncio.to_thread(kill_uid, self._lease.uid)
-        shutil.rmtree(self._base, ignore_errors=True)
+        await self._sweep()
+        await asyncio.to_thread(shutil.rmtree, self._base, ignore_errors=True)
         if self._lease is not None:
             self._lease.release()
 
@@ -406,6 +424,15 @@ class LocalSandbox(Sandbox):
 
 
 _open_sandboxes: weakref.WeakSet[LocalSandbox] = weakref.WeakSet()
+
+
+def _is_empty_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory with nothing in it (False when it cannot be listed)."""
+    try:
+        with os.scandir(path) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
 
 
 def reap_orphan_dirs(root: Path | None = None) -> list[Path]:
