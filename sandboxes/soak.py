@@ -1,5 +1,8 @@
 """Soak and chaos: ``python -m sandboxes.soak --backend docker --clients 64 --minutes 10 --kill-every 5``.
 
+``--mix memory`` runs memory-hungry programs only (``--kill-every 0``: no chaos) and counts the containers that
+died with them, which must be none.
+
 Many rollout-like clients at once, for minutes, while a chaos loop kills what the sandboxes run on.
 Each client acquires a sandbox, makes a rollout of calls (with a pause between them, the model's
 turn), releases it and starts the next rollout. The calls are a mix: ok programs, tracebacks,
@@ -14,6 +17,9 @@ Asserted (exit status 1 and the reasons when one fails):
 - every result is either what its program must give, or ``sandbox_failed=True`` with
   ``error_kind="SandboxError"``: a kill is never scored as the model's failure (a wrong
   error kind, a missing output);
+- every sandbox failure was caused by a kill of the chaos loop (docker: it names a container the loop
+  killed; local: a kill landed while the call ran), and no container died without one: what a program
+  does is its own failed call, never its sandbox's;
 - afterwards no container of this process and no process of the sandboxes is left.
 
 Bounded: no new call starts after ``--minutes``, at most ``--max-calls`` calls, and the whole run
@@ -105,6 +111,94 @@ PROGRAMS = [
     ),
 ]
 
+#: Fill what outlives a program (the tmpfs dirs in bytes and inodes, System V segments and queues), then exhaust
+#: memory: the most a program can leave behind, then the OOM killer.
+PIN_EVERYTHING = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+def fill(directory, tag):
+    n = 0
+    try:
+        while True:
+            with open(f"{directory}/{tag}{n}", "wb") as f:
+                f.write(b"x" * 2**20)
+            n += 1
+    except OSError:
+        pass
+    try:
+        while True:
+            os.mkdir(f"{directory}/{tag}d{n}")
+            n += 1
+    except OSError:
+        pass
+for directory in (".", "/tmp", "/dev/shm"):
+    fill(directory, "p%d" % os.getpid())
+while True:
+    segment = libc.shmget(0, 2**20, 0o1600)
+    address = libc.shmat(segment, None, 0) if segment >= 0 else None
+    if address in (None, 2**64 - 1):
+        break
+    ctypes.memset(address, 1, 2**20)
+message = ctypes.create_string_buffer(8 + 8192)
+message[0] = 1
+while True:
+    queue = libc.msgget(0, 0o1600)
+    if queue < 0 or libc.msgsnd(queue, message, 8192, 0o4000) < 0:
+        break
+    while libc.msgsnd(queue, message, 8192, 0o4000) == 0:
+        pass
+hog = []
+while True:
+    hog.append(b"m" * 2**20)
+"""
+#: How a memory-hungry program may end: out of memory, out of its tmpfs space or inodes (OSError), out of memory
+#: for a new thread (RuntimeError), a non-zero exit with no traceback (no memory left to print one), or its time
+#: limit (a thread left running after its siblings' MemoryErrors, or an overloaded machine).
+HUNGRY_KINDS = ("MemoryError", "OSError", "FileExistsError", "RuntimeError", "NonZeroExit", "Timeout")
+#: The ``--mix memory`` programs (and tests/test_sandbox_docker.py's): each must die, never its container.
+MEMORY_PROGRAMS = [
+    Program("big_list", "a = []\nwhile True:\n    a.append(' ' * 10**6)", HUNGRY_KINDS, timeout=30),
+    Program("numpy_arrays", "import numpy as np\nx = [np.ones(10**7) for _ in range(100)]", HUNGRY_KINDS, timeout=30),
+    Program(
+        "directories_in_the_work_dir",
+        "import os\ni = 0\nwhile True:\n    os.mkdir(f'd{os.getpid()}-{i}')\n    i += 1",
+        HUNGRY_KINDS,
+        timeout=30,
+    ),
+    Program(
+        "hard_links",
+        "import os\nopen('t', 'w').close()\ni = 0\nwhile True:\n    os.link('t', f'l{os.getpid()}-{i}')\n    i += 1",
+        HUNGRY_KINDS,
+        timeout=30,
+    ),
+    Program(
+        "files_then_list",
+        "import os\ni = 0\ntry:\n    while True:\n        open(f'f{i}', 'wb').write(b'x' * 10**6)\n        i += 1\n"
+        "except OSError:\n    pass\na = []\nwhile True:\n    a.append(' ' * 10**6)",
+        HUNGRY_KINDS,
+        timeout=30,
+    ),
+    Program(
+        "threads",
+        "import threading\ndef hog():\n    a = []\n    while True:\n        a.append(' ' * 10**6)\n"
+        "for _ in range(32):\n    threading.Thread(target=hog, daemon=True).start()\nhog()",
+        HUNGRY_KINDS,
+        timeout=30,
+    ),
+    Program(
+        "children",
+        "import os\nfor _ in range(4):\n    if os.fork() == 0:\n        a = []\n        while True:\n"
+        "            a.append(' ' * 10**6)\nos.wait()\na = []\nwhile True:\n    a.append(' ' * 10**6)",
+        HUNGRY_KINDS,
+        timeout=30,
+    ),
+    Program("pin_everything", PIN_EVERYTHING, HUNGRY_KINDS, timeout=30),
+    # the call after: it must run (with a file to write) in the same container
+    Program("next_call", "print(open('/etc/hostname').read() and 'next')", (None,), "next", weight=8),
+]
+MIXES = {"default": PROGRAMS, "memory": MEMORY_PROGRAMS}
+
 
 @dataclass
 class Call:
@@ -115,6 +209,8 @@ class Call:
     kind: str | None
     sandbox_failed: bool
     verdict: str  #: "ok" (as expected), "sandbox_failed" (a clear sandbox error) or what was wrong
+    container: str | None = None  #: the container a sandbox failure concerns (docker)
+    detail: str = ""  #: the start of a sandbox failure's message
 
 
 def judge(program: Program, result: Any) -> str:
@@ -135,6 +231,8 @@ class Soak:
         self.rng = random.Random(args.seed)
         self.calls: list[Call] = []
         self.kills: list[dict[str, Any]] = []
+        self.killed: set[str] = set()  #: short ids of the containers the chaos loop killed
+        self.replaced: list[str] = []  #: short ids of the containers the sandboxes replaced (dead or not answering)
         self.errors: list[str] = []  #: exceptions outside the calls (acquire, release)
         self.uids: set[int] = set()  #: the local sandboxes' uids (checked for leftovers afterwards)
         #: children this process had before the soak (a host's own helpers): not the soak's to leave or remove
@@ -155,7 +253,8 @@ class Soak:
 
     async def client(self, n: int) -> None:
         rng = random.Random(self.args.seed * 1000 + n)
-        weights = [p.weight for p in PROGRAMS]
+        programs = MIXES[self.args.mix]
+        weights = [p.weight for p in programs]
         while self._more():
             try:
                 sandbox = await self.backend.acquire()
@@ -165,11 +264,12 @@ class Soak:
                 continue
             if getattr(sandbox, "uid", None) is not None:
                 self.uids.add(sandbox.uid)
+            dropped = len(getattr(sandbox, "dropped", ()))
             try:
                 for _ in range(rng.randint(4, 16)):
                     if not self._more():
                         break
-                    program = rng.choices(PROGRAMS, weights)[0]
+                    program = rng.choices(programs, weights)[0]
                     start = time.monotonic()
                     result = await sandbox.run_python(program.code, timeout=program.timeout)
                     elapsed = time.monotonic() - start
@@ -182,6 +282,8 @@ class Soak:
                             result.error_kind,
                             result.sandbox_failed,
                             judge(program, result),
+                            result.extra.get("container") if result.sandbox_failed else None,
+                            result.stderr[:200] if result.sandbox_failed else "",
                         )
                     )
                     await asyncio.sleep(rng.uniform(0, self.args.think_ms / 1000))  # the model's turn
@@ -190,6 +292,7 @@ class Soak:
                     await self.backend.release(sandbox)
                 except Exception as exc:  # noqa: BLE001
                     self.errors.append(f"release: {type(exc).__name__}: {exc}")
+                self.replaced += getattr(sandbox, "dropped", [])[dropped:]
 
     async def chaos(self) -> None:
         if self.args.kill_every <= 0:
@@ -217,6 +320,7 @@ class Soak:
                     if not running:
                         return None
                     victim = self.rng.choice(running)
+                    self.killed.add(victim[:12])  # before the kill: a call may fail of it at once
                     try:
                         client.api.kill(victim)
                     except Exception:  # noqa: BLE001 - removed or stopped since the list: pick again
@@ -291,6 +395,10 @@ class Soak:
         trivial = sorted(c.elapsed * 1000 for c in calls if c.program in TRIVIAL_OK and c.verdict == "ok")
         late = [c for c in calls if c.elapsed > c.timeout + self.args.margin]
         wrong = [c for c in calls if c.verdict not in ("ok", "sandbox_failed")]
+        failed = [c for c in calls if c.sandbox_failed]
+        not_by_kill = [c for c in failed if not self._caused_by_kill(c)]
+        # a container the chaos loop did not kill and that was replaced all the same: it died of its program
+        died = [cid for cid in self.replaced if cid not in self.killed]
         window = 10.0
         per_window = Counter(int((c.start + c.elapsed) // window) for c in calls)
         full = [per_window.get(i, 0) / window for i in range(int(duration // window))]
@@ -305,8 +413,14 @@ class Soak:
             "latency_ms_all": {"p50": _pct(lat, 0.5), "p99": _pct(lat, 0.99), "max": lat[-1] if lat else None},
             "latency_ms_ok_calls": {"p50": _pct(trivial, 0.5), "p99": _pct(trivial, 0.99)},
             "by_program": dict(Counter(c.program for c in calls)),
-            "sandbox_failed": sum(c.sandbox_failed for c in calls),
+            "sandbox_failed": len(failed),
+            "sandbox_failed_by_kill": len(failed) - len(not_by_kill),
+            "sandbox_failed_not_by_kill": len(not_by_kill),
+            "sandbox_failed_not_by_kill_programs": dict(Counter(c.program for c in not_by_kill).most_common(20)),
+            "sandbox_failed_not_by_kill_examples": [c.detail for c in not_by_kill[:5]],
             "kills": len(self.kills),
+            "containers_replaced": len(self.replaced),
+            "containers_died_without_a_kill": len(died),
             "late": [f"{c.program} took {c.elapsed:.2f} s (timeout {c.timeout:g} s)" for c in late[:20]],
             "late_max_over_s": round(max((c.elapsed - c.timeout for c in late), default=0.0), 2),
             "misscored": dict(Counter(c.verdict for c in wrong).most_common(20)),
@@ -319,6 +433,8 @@ class Soak:
             for name, items in (
                 ("late calls", late),
                 ("misscored calls", wrong),
+                ("sandbox failures no kill caused", not_by_kill),
+                ("containers that died without a kill", died),
                 ("errors", self.errors),
                 ("leftovers", leftovers),
             )
@@ -327,6 +443,13 @@ class Soak:
         if not calls:
             out["failures"].append("no call was made")
         return out
+
+    def _caused_by_kill(self, call: Call) -> bool:
+        """Whether a sandbox failure is the chaos loop's doing: docker names the container, which the loop killed;
+        a local call was running when a kill landed (the loop kills only running calls)."""
+        if self.args.backend == "docker":
+            return call.container is not None and call.container in self.killed
+        return any(call.start <= kill["at"] <= call.start + call.elapsed + 0.5 for kill in self.kills)
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -421,6 +544,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--think-ms", type=float, default=20.0, help="most milliseconds between a client's calls")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--mix",
+        choices=sorted(MIXES),
+        default="default",
+        help="the programs: 'default' (a rollout-like mix with hostile ones) or 'memory' (memory-hungry programs "
+        "and the calls after them; use with --kill-every 0 to count the containers that died with them)",
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON report")
     args = parser.parse_args(argv)
     if args.clients < 1 or args.minutes <= 0 or args.max_calls < 1:
@@ -433,7 +563,8 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "FAILED: " + "; ".join(out["failures"]) if out["failures"] else "passed"
         print(
             f"soak {args.backend}: {out['calls']} calls, {out['calls_per_s']} calls/s, "
-            f"{out['sandbox_failed']} sandbox_failed after {out['kills']} kills: {verdict}",
+            f"{out['sandbox_failed']} sandbox_failed ({out['sandbox_failed_not_by_kill']} not by a kill) after "
+            f"{out['kills']} kills, {out['containers_died_without_a_kill']} containers died without a kill: {verdict}",
             file=sys.stderr,
         )
     return 1 if out["failures"] else 0

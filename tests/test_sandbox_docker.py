@@ -46,7 +46,9 @@ async def test_container_is_locked_down(sandbox) -> None:
     assert host["PidsLimit"] == 64 and host["CpuQuota"] == host["CpuPeriod"] == 10_000  # 1 cpu, per 10 ms
     assert not host.get("Binds") and container.attrs["Mounts"] == []
     assert not host.get("Privileged")
-    assert set(host["Tmpfs"]) == {"/work", "/tmp"} and "size=64m" in host["Tmpfs"]["/work"]
+    assert set(host["Tmpfs"]) == {"/work", "/tmp", "/dev/shm"} and "size=64m" in host["Tmpfs"]["/work"]
+    assert all("nr_inodes=" in options for options in host["Tmpfs"].values())  # inodes are kernel memory
+    assert host["IpcMode"] == "none" and host["Sysctls"]["kernel.msgmni"] == "16"
     assert container.attrs["Config"]["User"] == "1000:1000"
 
 
@@ -328,8 +330,8 @@ async def test_get_backend_builds_the_docker_backend() -> None:
     from sandboxes.backends import get_backend
     from sandboxes.docker.pool import DockerBackend
 
-    b = get_backend("docker", memory="256m")
-    assert isinstance(b, DockerBackend) and b.config.memory == "256m"
+    b = get_backend("docker", memory="1g")
+    assert isinstance(b, DockerBackend) and b.config.memory == "1g"
     with pytest.raises(ValueError, match="bad option"):
         get_backend("docker", no_such_option=1)
     with pytest.raises(ValueError, match="transport"):
@@ -394,3 +396,118 @@ async def test_a_cancelled_call_leaves_the_sandbox_usable() -> None:
         assert r.ok and r.stdout == "after\n"  # not the late answer of the cancelled call
     finally:
         await sb.close()
+
+
+# ---------------------------------------------------------------- a program dies, never its sandbox
+
+from sandboxes.soak import HUNGRY_KINDS, MEMORY_PROGRAMS  # noqa: E402 - the memory-hungry programs live in one place
+
+MEMORY_HUNGRY = {p.name: p.code for p in MEMORY_PROGRAMS if p.kinds != (None,)}
+#: the kinds a memory-hungry program may end with (sandboxes.soak's list): its own failures, never the sandbox's
+MEMORY_KINDS = set(HUNGRY_KINDS)
+
+
+async def test_the_memory_budget_holds_and_is_checked() -> None:
+    from sandboxes.docker.policy import MIN_PROGRAM_BYTES, DockerConfig, memory_budget
+
+    budget = memory_budget(DockerConfig())
+    kept = budget["files"] + budget["inodes"] + budget["ipc"] + budget["worker"]
+    assert kept + budget["program"] == budget["memory"] == 512 * 2**20 and budget["program"] >= MIN_PROGRAM_BYTES
+    with pytest.raises(ValueError, match=r"DockerConfig.memory='256m' leaves a program .* MiB"):
+        DockerConfig(memory="256m")
+    with pytest.raises(ValueError, match="workdir_size"):
+        DockerConfig(workdir_size="lots")
+    assert memory_budget(DockerConfig(memory="1g", workdir_inodes=100))["inodes"] < budget["inodes"]
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_HUNGRY))
+async def test_a_memory_hungry_program_dies_and_its_container_lives(name: str) -> None:
+    """Three sandboxes at once, each running the program three times: it fails as its own kind every time,
+    the next call runs (even with the memory it left behind), and no container is replaced."""
+    from sandboxes.docker.sandbox import DockerSandbox
+
+    boxes = [DockerSandbox() for _ in range(3)]
+    await asyncio.gather(*(box.start() for box in boxes))
+
+    async def rounds(box: DockerSandbox) -> list[tuple[ExecResult, ExecResult]]:
+        out = []
+        for _ in range(3):
+            first = await box.run_python(MEMORY_HUNGRY[name], timeout=30)
+            after = await box.run_python("print('next')", timeout=10)
+            out.append((first, after))
+        return out
+
+    try:
+        ids = [box.container_id for box in boxes]
+        results = await asyncio.gather(*(rounds(box) for box in boxes))
+        for first, after in (pair for box in results for pair in box):
+            assert not first.sandbox_failed and first.error_kind in MEMORY_KINDS, (
+                first.error_kind,
+                first.stderr[-300:],
+            )
+            assert after.ok and after.stdout == "next\n", (after.error_kind, after.stderr[-300:])
+        assert [box.container_id for box in boxes] == ids and all(box.replacements == 0 for box in boxes)
+    finally:
+        await asyncio.gather(*(box.close() for box in boxes))
+
+
+# ---------------------------------------------------------------- what a program does to its sandbox is its failure
+
+SELF_HARM = {
+    "kill_pid_1": "import os\nos.kill(1, 9)\nprint('alive')",
+    "kill_its_parent": "import os\nos.kill(os.getppid(), 9)\nprint('alive')",
+    "killpg_of_pid_1": "import os\nos.killpg(os.getpgid(1), 9)\nprint('alive')",
+    "kill_every_process": "import os\nos.kill(-1, 9)\nprint('alive')",
+    "exhaust_pids": "import os, time\ntry:\n    while True:\n        if os.fork() == 0:\n"
+    "            os.closerange(0, 3)\n            time.sleep(100)\nexcept OSError:\n    print('alive')",
+}
+
+
+@pytest.mark.parametrize("transport", ["attach", "exec"])
+async def test_a_program_that_attacks_its_worker_fails_itself(transport: str) -> None:
+    """Killing the worker (possible only with the exec transport, where it is not PID 1) or exhausting pids is the
+    program's failed call, never a sandbox failure; the next call runs (in a replacement container if need be)."""
+    from sandboxes.docker.sandbox import DockerSandbox
+
+    sb = await DockerSandbox(transport=transport).start()
+    try:
+        for name, code in SELF_HARM.items():
+            r = await sb.run_python(code, timeout=5)
+            assert not r.sandbox_failed and r.error_kind != "SandboxError", (name, r.stderr[-300:])
+            assert r.ok or r.error_kind in ("Killed", "ProcessLookupError"), (name, r.error_kind, r.stderr[-300:])
+            if r.error_kind == "Killed":
+                assert "killed the sandbox's worker" in r.stderr and r.extra["worker_killed"], (name, r.stderr)
+            after = await sb.run_python("print('next')", timeout=10)
+            assert after.ok and after.stdout == "next\n", (name, after.error_kind, after.stderr[-300:])
+    finally:
+        await sb.close()
+
+
+async def test_a_container_killed_from_outside_stays_a_sandbox_failure_with_exec() -> None:
+    from sandboxes.docker.sandbox import DockerSandbox
+
+    sb = await DockerSandbox(transport="exec").start()
+    try:
+        old = sb.container_id
+        call = asyncio.ensure_future(sb.run_python("import time\ntime.sleep(5)", timeout=10))
+        await asyncio.sleep(0.5)
+        sb._current.container.kill()
+        r = await call
+        assert r.sandbox_failed and r.error_kind == "SandboxError" and r.extra["container"] == old[:12]
+        assert (await sb.run_python("print('fresh')", timeout=5)).stdout == "fresh\n"
+    finally:
+        await sb.close()
+
+
+async def test_a_work_dir_left_unwritable_is_the_programs_failure(sandbox) -> None:
+    """A file of the next call that cannot be written (the program took the permissions away, or put a
+    directory in its place) fails that call with its real kind; the container stays."""
+    container = sandbox.container_id
+    assert (await sandbox.run_python("import os\nos.makedirs('data/f')\nos.chmod('data', 0)")).ok
+    r = await sandbox.run_python("print('runs?')", files={"data/x.txt": "y"})
+    assert not r.ok and not r.sandbox_failed and r.error_kind == "PermissionError", (r.error_kind, r.stderr)
+    assert "could not be written" in r.stderr and r.stdout == ""
+    await sandbox.run_python("import os\nos.chmod('data', 0o700)")
+    r = await sandbox.run_python("print('runs?')", files={"data/f": "y"})
+    assert not r.sandbox_failed and r.error_kind == "IsADirectoryError", (r.error_kind, r.stderr)
+    assert (await sandbox.run_python("print('next')")).stdout == "next\n" and sandbox.container_id == container

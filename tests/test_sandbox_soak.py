@@ -20,7 +20,8 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
     status = soak.main([*argv, "--json"])
     out = json.loads(capsys.readouterr().out)
     assert status == 0 and out["failures"] == [], out
-    assert out["calls"] > 20 and out["kills"] >= 1, out
+    assert out["calls"] > 20, out
+    assert out["sandbox_failed_not_by_kill"] == 0 and out["containers_died_without_a_kill"] == 0, out
     return out
 
 
@@ -52,9 +53,39 @@ def test_soak_local_with_its_bwrap_processes_killed(capsys: pytest.CaptureFixtur
     finally:
         helper.kill()
         helper.wait()
-    assert out["sandbox_failed"] >= 1, out  # a bwrap killed mid-call is the sandbox's failure
+    assert out["kills"] >= 1 and out["sandbox_failed"] >= 1, out  # a bwrap killed mid-call is the sandbox's failure
 
 
 @pytest.mark.docker
 def test_soak_docker_with_its_containers_killed(capsys: pytest.CaptureFixture[str]) -> None:
-    _run(capsys, "--backend", "docker", "--clients", "4", "--minutes", "0.2", "--kill-every", "1.5")
+    out = _run(capsys, "--backend", "docker", "--clients", "4", "--minutes", "0.2", "--kill-every", "1.5")
+    assert out["kills"] >= 1 and out["sandbox_failed"] == out["sandbox_failed_by_kill"], out
+
+
+def test_a_sandbox_failure_is_laid_to_a_kill_only_when_one_caused_it() -> None:
+    import argparse
+
+    args = argparse.Namespace(backend="docker", seed=0, minutes=1, clients=1, kill_every=1, margin=5, max_calls=9)
+    run = soak.Soak(args)
+    run.killed = {"aaaaaaaaaaaa"}
+    run.kills = [{"at": 5.0, "victim": "container aaaaaaaaaaaa"}]
+    run.replaced = ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    failed = dict(kind="SandboxError", sandbox_failed=True, verdict="sandbox_failed")
+    run.calls = [
+        soak.Call("ok", 10, 4.9, 0.2, container="aaaaaaaaaaaa", **failed),
+        soak.Call("memory_bomb", 10, 6.0, 0.2, container="bbbbbbbbbbbb", **failed),  # died of its program
+        soak.Call("ok", 10, 7.0, 0.2, container=None, **failed),
+    ]
+    out = run.report(10.0, [])
+    assert out["sandbox_failed_by_kill"] == 1 and out["sandbox_failed_not_by_kill"] == 2, out
+    assert out["containers_died_without_a_kill"] == 1 and any("no kill caused: 2" in f for f in out["failures"]), out
+    run.args.backend = "local"  # local: a kill while the call ran
+    assert [run._caused_by_kill(call) for call in run.calls] == [True, False, False]
+
+
+@pytest.mark.docker
+def test_soak_memory_mix_leaves_every_container_alive(capsys: pytest.CaptureFixture[str]) -> None:
+    out = _run(
+        capsys, "--backend", "docker", "--mix", "memory", "--clients", "3", "--max-calls", "30", "--kill-every", "0"
+    )
+    assert out["containers_replaced"] == 0 and out["sandbox_failed"] == 0, out

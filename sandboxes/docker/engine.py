@@ -152,8 +152,9 @@ def remove(container: Any) -> None:
         pass
 
 
-def describe(container: Any) -> str:
-    """What the engine says about a container that stopped answering."""
+def describe(container: Any) -> tuple[str | None, str]:
+    """What the engine says about a container that stopped answering: its status (None when the engine
+    cannot tell) and a description for the failure's message."""
     try:
         container.reload()
         state = container.attrs.get("State", {})
@@ -164,9 +165,9 @@ def describe(container: Any) -> str:
             parts.append("OOMKilled")
         if state.get("Error"):
             parts.append(f"error={state['Error']}")
-        return ", ".join(parts)
+        return state.get("Status"), ", ".join(parts)
     except Exception as exc:  # noqa: BLE001 - the container may be gone altogether
-        return f"container unavailable ({type(exc).__name__}: {exc})"
+        return None, f"container unavailable ({type(exc).__name__}: {exc})"
 
 
 #: Containers started by this process and not yet removed: removed at exit if a run forgot shutdown().

@@ -3,9 +3,12 @@
 :class:`DockerConfig` holds the limits and choices; :func:`container_spec` turns them into the
 arguments of ``containers.create``, so that the whole isolation of a container reads in one
 place: no network (``network_mode=none``), a non-root user, a read-only root file system with
-size-capped tmpfs work and temp dirs, memory (no swap), pids and cpu limits,
+size- and inode-capped tmpfs work, temp and shared-memory dirs, memory (no swap), pids and cpu limits,
 ``no-new-privileges``, every capability dropped, no host mounts, and an environment of our own
-(nothing of the host's). The pool bound (:func:`default_max_containers`) and the acquire
+(nothing of the host's). :func:`memory_budget` splits the memory limit between what outlives a program (the
+tmpfs files and their inodes, System V IPC objects, the worker) and what the program may take; a configuration
+whose split does not hold is refused, so a program that exhausts memory is what the OOM killer ends, never its
+container. The pool bound (:func:`default_max_containers`) and the acquire
 deadline (:func:`default_acquire_timeout`) come from configuration here too.
 
 Nothing here talks to an engine.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -68,6 +72,33 @@ def worker_source() -> str:
 WORKER_SOURCE = worker_source()
 
 
+#: bytes per unit of the sizes Docker and tmpfs accept ("512m", "64k", "1g", or a number of bytes)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+#: The most kernel memory one tmpfs inode (a file, directory or hard link, with its dentry and the extended
+#: attributes tmpfs charges against the inode count) holds; it stays charged to the container until the file
+#: is removed, and the tmpfs ``size`` does not bound it (an empty file or directory takes no block).
+INODE_BYTES = 4 << 10
+#: System V IPC bounds of the container's own IPC namespace: segments and message queues outlive the program
+#: that made them and stay charged to the container, so they are bounded here (and counted in the budget).
+IPC_SHM_BYTES = 16 << 20
+IPC_MSG_QUEUES = 16
+IPC_MSG_QUEUE_BYTES = 16 << 10
+#: What the worker process and its spare program processes may hold at once: measured near 55 MiB when idle
+#: (the interpreter with numpy and sympy), plus a call's output (two streams up to ``max_output``, each held
+#: as bytes, base64 and JSON on its way out) and the request's own stdin and files.
+WORKER_BYTES = 96 << 20
+#: The least memory a program must always get; a configuration leaving less is refused.
+MIN_PROGRAM_BYTES = 64 << 20
+
+
+def size_bytes(size: str | int, what: str) -> int:
+    """Bytes of a size as Docker and tmpfs write it (``512m``, ``64k``, ``1g``, or a number of bytes)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([bkmg]?)\s*", str(size).lower())
+    if not match:
+        raise ValueError(f"DockerConfig.{what} must be a size such as '512m', '64k' or '1g', not {size!r}")
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
 #: the CFS period over which a container's cpu quota (``DockerConfig.cpus``) is enforced, in microseconds
 CPU_PERIOD_US = 10_000
 
@@ -81,7 +112,11 @@ class DockerConfig:
     cpus: float = 1.0  #: cpu quota in cores
     pids: int = 64  #: process limit (fork bombs stop here)
     workdir_size: str = "64m"  #: tmpfs size of the work dir
+    workdir_inodes: int = 8192  #: files, directories and links the work dir may hold
     tmp_size: str = "16m"  #: tmpfs size of /tmp
+    tmp_inodes: int = 2048  #: files, directories and links /tmp may hold
+    shm_size: str = "16m"  #: tmpfs size of /dev/shm (POSIX shared memory, multiprocessing's semaphores)
+    shm_inodes: int = 1024  #: files /dev/shm may hold
     stateful: bool = False  #: keep variables across calls (as in a notebook) instead of a fresh namespace
     fresh_workdir: bool = False  #: empty /work before every call (default: files last until the sandbox is reset)
     transport: Literal["attach", "exec"] = "attach"  #: attach socket of the container, or one long-lived exec
@@ -89,7 +124,9 @@ class DockerConfig:
     preload: tuple[str, ...] = ("numpy", "sympy")  #: modules imported once by the warm interpreter
     user: str = "1000:1000"
     start_timeout: float = 60.0  #: seconds for a container to start and answer its first ping
-    grace: float = 1.0  #: seconds past a call's timeout before the sandbox itself is declared dead
+    #: seconds past a call's timeout before the sandbox itself is declared dead (room for a loaded host: a worker
+    #: ending a fork bomb among many busy containers needs more than a second)
+    grace: float = 3.0
     #: seconds a call waits for its container to be (re)started; past it the call is sandbox_failed, not run
     ready_timeout: float = 10.0
     env: dict[str, str] = field(default_factory=dict)  #: added to the container's environment
@@ -97,11 +134,62 @@ class DockerConfig:
     def __post_init__(self) -> None:
         if self.transport not in ("attach", "exec"):
             raise ValueError(f"DockerConfig.transport must be 'attach' or 'exec', not {self.transport!r}")
-        for name in ("cpus", "pids", "max_output", "start_timeout", "grace", "ready_timeout"):
+        for name in (
+            "cpus",
+            "pids",
+            "max_output",
+            "start_timeout",
+            "grace",
+            "ready_timeout",
+            "workdir_inodes",
+            "tmp_inodes",
+            "shm_inodes",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"DockerConfig.{name} must be positive, not {getattr(self, name)!r}")
         if self.cpus * CPU_PERIOD_US < 1000:
             raise ValueError(f"DockerConfig.cpus must be at least 0.1 (the kernel's smallest quota), not {self.cpus!r}")
+        budget = memory_budget(self)
+        if budget["program"] < MIN_PROGRAM_BYTES:
+            kept = [f"{name} {value >> 20} MiB" for name, value in budget.items() if name not in ("memory", "program")]
+            parts = ", ".join(kept)
+            raise ValueError(
+                f"DockerConfig.memory={self.memory!r} leaves a program {budget['program'] >> 20} MiB "
+                f"(at least {MIN_PROGRAM_BYTES >> 20} MiB needed) after what outlives it ({parts}): "
+                "raise memory or lower the tmpfs sizes and inode counts"
+            )
+
+
+def memory_budget(config: DockerConfig) -> dict[str, int]:
+    """How a container's memory limit is split, in bytes: what outlives a program, and the rest, the program's.
+
+    ``files`` (the three tmpfs sizes), ``inodes`` (their inode counts times :data:`INODE_BYTES`), ``ipc``
+    (System V segments and queues) stay charged to the container after a program dies, and ``worker``
+    (:data:`WORKER_BYTES` plus room for two capped output streams) is the worker's own; ``program`` is what is
+    left. While their sum stays under ``memory``, the container reaches its limit only while a program holds
+    more than ``program``, and the OOM killer then ends the program (its ``oom_score_adj`` is the highest),
+    which frees what it held: the container lives on.
+    """
+    files = sum(
+        size_bytes(size, name)
+        for size, name in (
+            (config.workdir_size, "workdir_size"),
+            (config.tmp_size, "tmp_size"),
+            (config.shm_size, "shm_size"),
+        )
+    )
+    inodes = (config.workdir_inodes + config.tmp_inodes + config.shm_inodes) * INODE_BYTES
+    ipc = IPC_SHM_BYTES + IPC_MSG_QUEUES * IPC_MSG_QUEUE_BYTES
+    worker = WORKER_BYTES + 2 * config.max_output
+    memory = size_bytes(config.memory, "memory")
+    return {
+        "memory": memory,
+        "files": files,
+        "inodes": inodes,
+        "ipc": ipc,
+        "worker": worker,
+        "program": memory - files - inodes - ipc - worker,
+    }
 
 
 def worker_command(config: DockerConfig) -> list[str]:
@@ -114,6 +202,7 @@ def worker_command(config: DockerConfig) -> list[str]:
         "fresh_workdir": config.fresh_workdir,
         "max_output": config.max_output,
         "contained": True,
+        "program_memory": memory_budget(config)["program"],
     }
     return ["python3", "-c", WORKER_SOURCE, json.dumps(worker_config)]
 
@@ -142,9 +231,12 @@ def container_spec(config: DockerConfig, image: str, labels: dict[str, str] | No
         "working_dir": WORKDIR,
         "network_mode": "none",
         "read_only": True,
+        # each tmpfs bounded in bytes and in inodes (an inode's kernel memory is not in its size): see memory_budget
         "tmpfs": {
-            WORKDIR: f"rw,nosuid,nodev,size={config.workdir_size},mode=0700,uid={uid},gid={uid}",
-            "/tmp": f"rw,nosuid,nodev,noexec,size={config.tmp_size},mode=1777",
+            WORKDIR: f"rw,nosuid,nodev,size={config.workdir_size},nr_inodes={config.workdir_inodes},"
+            f"mode=0700,uid={uid},gid={uid}",
+            "/tmp": f"rw,nosuid,nodev,noexec,size={config.tmp_size},nr_inodes={config.tmp_inodes},mode=1777",
+            "/dev/shm": f"rw,nosuid,nodev,noexec,size={config.shm_size},nr_inodes={config.shm_inodes},mode=1777",
         },
         "mem_limit": config.memory,
         "memswap_limit": config.memory,
@@ -156,7 +248,15 @@ def container_spec(config: DockerConfig, image: str, labels: dict[str, str] | No
         "cpu_quota": round(config.cpus * CPU_PERIOD_US),
         "security_opt": ["no-new-privileges"],
         "cap_drop": ["ALL"],
-        "ipc_mode": "private",
+        # an IPC namespace of its own without Docker's /dev/shm (ours above is inode-capped), its System V
+        # objects bounded (they outlive the program that made them)
+        "ipc_mode": "none",
+        "sysctls": {
+            "kernel.shmmax": str(IPC_SHM_BYTES),
+            "kernel.shmall": str(IPC_SHM_BYTES // 4096),
+            "kernel.msgmni": str(IPC_MSG_QUEUES),
+            "kernel.msgmnb": str(IPC_MSG_QUEUE_BYTES),
+        },
         "init": config.transport == "exec",  # a reaper for the exec transport; the attach worker reaps itself
         "stdin_open": config.transport == "attach",
         "tty": False,

@@ -9,7 +9,12 @@ Health: when the worker stops answering (the container died, was killed from
 outside, or the program broke it), the call returns ``sandbox_failed=True`` with
 the container's state in ``stderr``, and the sandbox starts a replacement
 container at once; its next call runs there. A program's own failures (crash,
-timeout, flood, out of memory) are ordinary results, never sandbox failures.
+timeout, flood, out of memory, a work dir it left unwritable) are ordinary results,
+never sandbox failures. So is a worker killed by its program, which only the exec
+transport allows (there the worker is not the container's PID 1, and the program
+runs as its uid): the container still runs, the call is the program's ``Killed``,
+and the container is replaced for the next call. Every sandbox failure names the
+container it concerns in ``extra["container"]``.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
+from sandboxes.base import KILLED, SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.docker import engine
 from sandboxes.docker.policy import DockerConfig
 from sandboxes.errors import classify
@@ -41,7 +46,9 @@ class DockerSandbox(Sandbox):
         self._client = client
         self._image = self.config.image
         self._current: engine.Container | None = None
+        self.dropped: list[str] = []  #: short ids of the containers dropped as broken, oldest first
         self._replacing: asyncio.Task[engine.Container] | None = None
+        self._removals: set[asyncio.Future[None]] = set()  #: removals of dropped containers still under way
         self._lock = asyncio.Lock()
         self._closed = False
         self.replacements = 0
@@ -66,9 +73,9 @@ class DockerSandbox(Sandbox):
     async def _ensure(self) -> engine.Container:
         if self._closed:
             raise RuntimeError("DockerSandbox is closed")
-        if self._replacing is not None:
-            task, self._replacing = self._replacing, None
-            self._current = await task
+        if self._replacing is not None:  # kept in _replacing while awaited, so that close() removes it too
+            self._current = await self._replacing
+            self._replacing = None
         if self._current is None:
             self._current = await self._new_container()
         return self._current
@@ -107,8 +114,11 @@ class DockerSandbox(Sandbox):
         """Drop the broken container and start its replacement in the background."""
         broken, self._current = self._current, None
         if broken is not None:
+            self.dropped.append(broken.short_id)
             broken.channel.close()
-            asyncio.get_running_loop().run_in_executor(engine.EXECUTOR, engine.remove, broken.container)
+            removal = asyncio.get_running_loop().run_in_executor(engine.EXECUTOR, engine.remove, broken.container)
+            self._removals.add(removal)  # close() waits for it: the pool closes the engine client after close()
+            removal.add_done_callback(self._removals.discard)
         if not self._closed:
             self.replacements += 1
             self._replacing = asyncio.ensure_future(self._new_container())
@@ -153,6 +163,7 @@ class DockerSandbox(Sandbox):
         for current in containers:
             current.channel.close()
             await engine.in_thread(engine.remove, current.container)
+        await asyncio.gather(*self._removals, return_exceptions=True)
 
     # running ---------------------------------------------------------------
 
@@ -189,31 +200,53 @@ class DockerSandbox(Sandbox):
                     f"the sandbox container is being replaced and was not ready within {self.config.ready_timeout:g} s "
                     "(the engine is slow or the machine overloaded); the program did not run",
                     start,
+                    self.dropped[-1] if self.dropped else None,
                 )
             except Exception as exc:  # noqa: BLE001 - no container could be started
                 self._current = None
-                return self._failed(f"no sandbox container could be started: {type(exc).__name__}: {exc}", start)
+                return self._failed(
+                    f"no sandbox container could be started: {type(exc).__name__}: {exc}",
+                    start,
+                    self.dropped[-1] if self.dropped else None,
+                )
             try:
                 answer = await asyncio.wait_for(current.channel.request(request), timeout + self.config.grace + 1)
             except asyncio.CancelledError:  # the caller gave up mid-call: the stream is out of step, start afresh
                 self._fail()
                 raise
             except (TimeoutError, OSError, EOFError, asyncio.IncompleteReadError, ValueError) as exc:
-                why = "did not answer in time" if isinstance(exc, asyncio.TimeoutError) else "connection lost"
+                lost = not isinstance(exc, asyncio.TimeoutError)
+                why = "connection lost" if lost else "did not answer in time"
                 try:
-                    state = await asyncio.wait_for(engine.in_thread(engine.describe, current.container), 3)
+                    status, state = await asyncio.wait_for(engine.in_thread(engine.describe, current.container), 3)
                 except TimeoutError:
-                    state = "state unknown: the engine did not answer within 3 s"
+                    status, state = None, "state unknown: the engine did not answer within 3 s"
                 log = current.channel.log.decode("utf-8", "replace").strip()[-500:]
                 self._fail()
+                if lost and status == "running" and self.config.transport == "exec":
+                    return self._worker_killed(start, current)
                 detail = f"the sandbox container {current.short_id} failed ({why}; {state})"
-                return self._failed(detail + (f"\nworker log: {log}" if log else ""), start)
+                return self._failed(detail + (f"\nworker log: {log}" if log else ""), start, current.short_id)
             if "error" in answer:
                 self._fail()
-                return self._failed(f"the sandbox worker failed: {answer['error']}", start)
+                return self._failed(f"the sandbox worker failed: {answer['error']}", start, current.short_id)
         return self._result(answer, start, current)
 
-    def _failed(self, message: str, start: float) -> ExecResult:
+    def _worker_killed(self, start: float, current: engine.Container) -> ExecResult:
+        """The exec transport's worker ended while its container runs: only the program (same uid) can do that."""
+        return ExecResult(
+            ok=False,
+            stderr=(
+                "sandbox: the program killed the sandbox's worker process (the process that runs it); its output "
+                "is lost and the sandbox starts afresh for the next call (files and processes gone)\n"
+            ),
+            exit_code=None,
+            error_kind=KILLED,
+            duration=time.monotonic() - start,
+            extra={"backend": "docker", "isolation": "container", "container": current.short_id, "worker_killed": True},
+        )
+
+    def _failed(self, message: str, start: float, container: str | None) -> ExecResult:
         return ExecResult(
             ok=False,
             stderr=message,
@@ -221,7 +254,12 @@ class DockerSandbox(Sandbox):
             error_kind=SANDBOX_ERROR,
             duration=time.monotonic() - start,
             sandbox_failed=True,
-            extra={"backend": "docker", "isolation": "container", "replacements": self.replacements},
+            extra={
+                "backend": "docker",
+                "isolation": "container",
+                "replacements": self.replacements,
+                "container": container,
+            },
         )
 
     def _result(self, answer: dict[str, Any], start: float, current: engine.Container) -> ExecResult:
@@ -229,7 +267,7 @@ class DockerSandbox(Sandbox):
         stderr = base64.b64decode(answer["stderr"]).decode("utf-8", "replace")
         timed_out, exceeded = bool(answer["timed_out"]), bool(answer["output_exceeded"])
         exit_code = answer["exit_code"]
-        kind = classify(
+        kind = answer.get("error_kind") or classify(  # the worker names it when the program could not start
             exit_code, stderr, timed_out=timed_out, output_exceeded=exceeded, oom_killed=bool(answer.get("oom_killed"))
         )
         extra: dict[str, Any] = {

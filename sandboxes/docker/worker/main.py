@@ -51,6 +51,8 @@ from sandboxes.docker.worker.program import (
     _session_loop,
     _Spare,
     collapse_heap,
+    fork,
+    limit_program_memory,
     set_dumpable,
 )
 from sandboxes.docker.worker.wire import LEN as _LEN
@@ -131,7 +133,10 @@ class Worker:
         while len(self.spares) < max(1, int(self.config["spares"])):
             if self.spares and req_fd is not None and _waiting(req_fd):
                 return
-            self.spares.append(_Spare(self.workdir))
+            try:
+                self.spares.append(_Spare(self.workdir))
+            except OSError:  # a limit refuses the fork even after retries: the next call forks on demand
+                return
 
     def _take_spare(self):
         """The oldest spare still waiting for its code, else one forked now."""
@@ -158,7 +163,7 @@ class Worker:
 
     def start_session(self):
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = os.fork()
+        pid = fork()
         if pid == 0:  # the session process
             try:
                 parent.close()
@@ -180,7 +185,13 @@ class Worker:
     # ---- one call
 
     def _prepare(self, request):
-        """Make the work dir usable and write the request's files; return an error text or None."""
+        """Make the work dir usable and write the request's files.
+
+        Returns an error text for a request the worker refuses, or the call's own failed outcome when a
+        file cannot be written because of what an earlier program did to the work dir (filled it, took
+        away its permissions, put a directory where a file goes): that is the program's doing, not the
+        sandbox's. Otherwise None.
+        """
         os.makedirs(self.workdir, exist_ok=True)
         if self.config["fresh_workdir"]:
             empty_dir(self.workdir)
@@ -192,14 +203,25 @@ class Worker:
             path = os.path.normpath(os.path.join(self.workdir, name))
             if os.path.isabs(name) or not path.startswith(self.workdir + os.sep):
                 return f"file name {name!r} leaves the work dir"
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(base64.b64decode(data))
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(base64.b64decode(data))
+            except OSError as exc:
+                why = f"{type(exc).__name__}: {exc.strerror or exc}"
+                return _not_run(
+                    type(exc).__name__,
+                    f"sandbox: the call's file {name!r} could not be written to the work dir ({why}); "
+                    "an earlier program of this sandbox left the work dir so; the program did not run\n",
+                )
         return None
 
     def run(self, request):
         start = time.monotonic()
         problem = self._prepare(request)
+        if isinstance(problem, dict):
+            problem["duration"] = time.monotonic() - start
+            return problem
         if problem:
             return {"error": problem}
         timeout = float(request.get("timeout", 10.0))
@@ -414,6 +436,20 @@ class Worker:
                 return exceeded, False
 
 
+def _not_run(kind, message):
+    """The outcome of a call whose program could not start for a reason of its sandbox's programs (``kind``)."""
+    return {
+        "exit_code": None,
+        "error_kind": kind,
+        "timed_out": False,
+        "output_exceeded": False,
+        "oom_killed": False,
+        "state_lost": False,
+        "stdout": "",
+        "stderr": base64.b64encode(message.encode()).decode(),
+    }
+
+
 def _waiting(fd):
     """Whether a request is already waiting on ``fd``."""
     try:
@@ -432,6 +468,7 @@ class _Call:
 def main():
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     procs.CONTAINED = bool(config.get("contained"))
+    limit_program_memory(config.get("program_memory"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
     # Finished programs exit at idle priority, after the answer: reap them when they are done, so that the
     # next program sees no zombie.
@@ -462,7 +499,10 @@ def main():
             response = {"error": f"worker error: {type(exc).__name__}: {exc}"}
         response["id"] = request.get("id")
         write_frame(resp_fd, response)
-        worker.after_response(req_fd)
+        try:
+            worker.after_response(req_fd)
+        except Exception:  # noqa: BLE001 - a refill that failed is made up by the next call; the worker lives on
+            pass
     worker.stop_session()
     worker.drop_spares()
     kill_others(worker.keep())

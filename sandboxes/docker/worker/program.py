@@ -8,9 +8,11 @@ process forked ahead of its call so that the fork is off the critical path.
 import builtins
 import json
 import os
+import resource
 import signal
 import socket
 import sys
+import time
 
 try:  # standard library, but an interpreter may be built without it
     import ctypes
@@ -25,6 +27,23 @@ from sandboxes.docker.worker.wire import read_frame
 
 PR_SET_DUMPABLE = 4
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
+
+
+def fork(attempts=50):
+    """``os.fork``, retried while the container's pid or memory limit refuses it for a moment.
+
+    Killed processes count against the pid limit until they are reaped (the worker's SIGCHLD handler
+    reaps them meanwhile), and a program the OOM killer just ended may still be releasing its memory:
+    the worker waits (up to about two seconds in all) rather than die of a limit its program ran into.
+    """
+    for attempt in range(attempts):
+        try:
+            return os.fork()
+        except OSError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.002 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def set_dumpable(flag):
@@ -62,14 +81,40 @@ def collapse_heap():
     return done
 
 
-def _become_program():
-    """What a forked process does right before it runs model code: traceable again, the OOM killer's victim."""
-    set_dumpable(True)  # the worker is not dumpable (see worker.main); the program's own /proc/self works
+#: ``oom_score_adj`` of a program process: the first the OOM killer takes (raising it needs no privilege)
+PROGRAM_OOM_SCORE = 1000
+#: ``oom_score_adj`` of a spare waiting for its code: after the programs, before the worker (which keeps its own)
+SPARE_OOM_SCORE = 500
+
+
+def _oom_score(value):
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # the program, never the worker, is what the OOM killer takes
+            f.write(str(value))
     except OSError:
         pass
+
+
+#: Bytes of data (heap and anonymous mappings) a program process may hold: its share of the container's memory
+#: (sandboxes.docker.policy.memory_budget), set once by the worker; None: no limit of its own.
+_program_memory = None
+
+
+def limit_program_memory(nbytes):
+    """Give every program process from now on at most ``nbytes`` of data (``RLIMIT_DATA``)."""
+    global _program_memory
+    _program_memory = nbytes
+
+
+def _become_program():
+    """What a forked process does right before it runs model code: traceable again, the OOM killer's victim,
+    its memory bounded."""
+    set_dumpable(True)  # the worker is not dumpable (see worker.main); the program's own /proc/self works
+    _oom_score(PROGRAM_OOM_SCORE)  # the program, never the worker, is what the OOM killer takes
+    if _program_memory:
+        # An allocation past its share fails at once (MemoryError) instead of driving the whole container into
+        # reclaim, where every process of it crawls until the OOM killer acts.
+        resource.setrlimit(resource.RLIMIT_DATA, (_program_memory, _program_memory))
 
 
 def _idle_exit():
@@ -84,11 +129,14 @@ def _idle_exit():
 def _child_setup(workdir, program=True):
     """What every forked program process does first: own session, OOM victim, default signals.
 
-    A spare (``program=False``) stays not dumpable and out of the OOM killer's choice until its code comes.
+    A spare (``program=False``) stays not dumpable, and behind the programs in the OOM killer's choice, until its
+    code comes.
     """
     os.setsid()
     if program:
         _become_program()
+    else:
+        _oom_score(SPARE_OOM_SCORE)  # a spare dies before the worker (it is forked again)
     try:
         # Inside the container's CPU share, the worker must win against a fork bomb to end it in time;
         # a program alone in its container runs at full speed whatever its niceness.
@@ -219,7 +267,12 @@ class _Spare:
         self.err_r, err_w = os.pipe()
         ctl_r, self.ctl_w = os.pipe()
         self.st_r, st_w = os.pipe()
-        self.pid = os.fork()
+        try:
+            self.pid = fork()
+        except BaseException:
+            for fd in (in_r, self.in_w, self.out_r, out_w, self.err_r, err_w, ctl_r, self.ctl_w, self.st_r, st_w):
+                os.close(fd)
+            raise
         if self.pid == 0:
             status = 70
             try:
