@@ -200,14 +200,14 @@ class DockerSandbox(Sandbox):
                     f"the sandbox container is being replaced and was not ready within {self.config.ready_timeout:g} s "
                     "(the engine is slow or the machine overloaded); the program did not run",
                     start,
-                    self.dropped[-1] if self.dropped else None,
+                    self._last_dropped,
                 )
             except Exception as exc:  # noqa: BLE001 - no container could be started
                 self._current = None
                 return self._failed(
                     f"no sandbox container could be started: {type(exc).__name__}: {exc}",
                     start,
-                    self.dropped[-1] if self.dropped else None,
+                    self._last_dropped,
                 )
             try:
                 answer = await asyncio.wait_for(current.channel.request(request), timeout + self.config.grace + 1)
@@ -232,6 +232,16 @@ class DockerSandbox(Sandbox):
                 return self._failed(f"the sandbox worker failed: {answer['error']}", start, current.short_id)
         return self._result(answer, start, current)
 
+    @property
+    def _last_dropped(self) -> str | None:
+        """The container dropped last (the one a call waiting for its replacement concerns), if any."""
+        return self.dropped[-1] if self.dropped else None
+
+    @staticmethod
+    def _extra(container: str | None, **more: Any) -> dict[str, Any]:
+        """A result's ``extra``: where it ran (the backend, its isolation, the container) and ``more``."""
+        return {"backend": "docker", "isolation": "container", "container": container, **more}
+
     def _worker_killed(self, start: float, current: engine.Container) -> ExecResult:
         """The exec transport's worker ended while its container runs: only the program (same uid) can do that."""
         return ExecResult(
@@ -243,7 +253,7 @@ class DockerSandbox(Sandbox):
             exit_code=None,
             error_kind=KILLED,
             duration=time.monotonic() - start,
-            extra={"backend": "docker", "isolation": "container", "container": current.short_id, "worker_killed": True},
+            extra=self._extra(current.short_id, worker_killed=True),
         )
 
     def _failed(self, message: str, start: float, container: str | None) -> ExecResult:
@@ -254,12 +264,7 @@ class DockerSandbox(Sandbox):
             error_kind=SANDBOX_ERROR,
             duration=time.monotonic() - start,
             sandbox_failed=True,
-            extra={
-                "backend": "docker",
-                "isolation": "container",
-                "replacements": self.replacements,
-                "container": container,
-            },
+            extra=self._extra(container, replacements=self.replacements),
         )
 
     def _result(self, answer: dict[str, Any], start: float, current: engine.Container) -> ExecResult:
@@ -270,12 +275,7 @@ class DockerSandbox(Sandbox):
         kind = answer.get("error_kind") or classify(  # the worker names it when the program could not start
             exit_code, stderr, timed_out=timed_out, output_exceeded=exceeded, oom_killed=bool(answer.get("oom_killed"))
         )
-        extra: dict[str, Any] = {
-            "backend": "docker",
-            "isolation": "container",
-            "container": current.short_id,
-            "worker_duration": answer.get("duration"),
-        }
+        extra = self._extra(current.short_id, worker_duration=answer.get("duration"))
         if exceeded:
             extra["truncated_at_bytes"] = self.config.max_output
         if self.config.stateful:

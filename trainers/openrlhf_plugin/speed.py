@@ -35,12 +35,11 @@ from dataclasses import asdict, dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from harness.core.protocol import serialize_call
+from harness.core.protocol import parse_turn, serialize_call
 from harness.engines.standin import Policy, decide
 
 #: The chat template's turn markers (SmolLM2's ChatML, the tokenizer the benchmark loads).
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.S)
-_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.S)
 _RESPONSE = re.compile(r"^<tool_response>\n?(.*?)\n?</tool_response>$", re.S)
 #: The tool the policy is told about (it calls the first of these it is offered).
 _TOOLS = [{"type": "function", "function": {"name": "python"}}]
@@ -57,13 +56,9 @@ def conversation(text: str) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "content": response.group(1)})
             continue
         message: dict[str, Any] = {"role": role, "content": content}
-        call = _CALL.search(content) if role == "assistant" else None
+        call = parse_turn(content).call if role == "assistant" else None
         if call is not None:
-            try:
-                arguments = json.loads(call.group(1)).get("arguments", {})
-            except ValueError:
-                arguments = {}
-            message["tool_calls"] = [{"function": {"name": "python", "arguments": json.dumps(arguments)}}]
+            message["tool_calls"] = [{"function": {"name": "python", "arguments": json.dumps({"code": call.code})}}]
         messages.append(message)
     return messages
 
