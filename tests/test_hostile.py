@@ -188,6 +188,15 @@ CASES = [
         timeout=5,
     ),
     Hostile(
+        # processes that change their pid on every fork: a kill aimed at a pid read from /proc mostly misses
+        "pid_runners_left_behind",
+        "import os\nfor _ in range(4):\n    if os.fork() == 0:\n        os.setsid()\n        while True:\n"
+        "            try:\n                if os.fork():\n                    os._exit(0)\n"
+        "            except OSError:\n                pass\nprint('running away')",
+        ok_with("running away"),
+        local_needs_uid=True,
+    ),
+    Hostile(
         "signals_to_parent",
         "import os, signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, "
         "signal.SIGSTOP, signal.SIGUSR1):\n    os.kill(os.getppid(), s)\nprint('sent')",

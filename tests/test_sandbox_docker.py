@@ -511,3 +511,44 @@ async def test_a_work_dir_left_unwritable_is_the_programs_failure(sandbox) -> No
     r = await sandbox.run_python("print('runs?')", files={"data/f": "y"})
     assert not r.sandbox_failed and r.error_kind == "IsADirectoryError", (r.error_kind, r.stderr)
     assert (await sandbox.run_python("print('next')")).stdout == "next\n" and sandbox.container_id == container
+
+
+def test_engine_client_keeps_one_connection_pool_for_all_threads() -> None:
+    """docker's unix socket adapter keeps a pool per URL in a cache of 25 that closes what it evicts, with 10
+    connections each: with dozens of containers handled by threads at once, a pool in use was closed under a
+    thread, which lost the engine's answer ('NoneType' object has no attribute 'qsize') and left behind the
+    container the engine had just created. The engine's client keeps one pool, with a connection per thread."""
+    import threading
+
+    from sandboxes.docker.engine import ENGINE_THREADS, client
+    from sandboxes.docker.policy import DockerConfig, container_spec
+    from sandboxes.image import image_tag
+
+    engine = client()
+    adapter = engine.api.get_adapter("http+docker://localhost")
+    one = adapter.get_connection("http+docker://localhost/v1.45/containers/a/json")
+    assert adapter.get_connection("http+docker://localhost/v1.45/containers/b/start") is one
+    assert one.pool.maxsize >= ENGINE_THREADS
+
+    label = {"cleaner.test": "connection-pool"}
+    spec = {**container_spec(DockerConfig(), image_tag(), label), "command": ["true"], "stdin_open": False}
+    errors: list[str] = []
+
+    def churn() -> None:
+        try:
+            container = engine.containers.create(**spec)
+            container.start()
+            container.reload()
+            container.remove(force=True)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=churn) for _ in range(ENGINE_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    left = engine.containers.list(all=True, filters={"label": "cleaner.test=connection-pool"})
+    for container in left:
+        container.remove(force=True)
+    assert errors == [] and left == []

@@ -33,7 +33,9 @@ logger = logging.getLogger(__name__)
 
 #: Threads for the engine's synchronous SDK calls, apart from asyncio's default pool (a few threads): a burst
 #: of container starts and removals after failures (a chaos loop, a crashed host) does not queue behind it.
-EXECUTOR = ThreadPoolExecutor(max_workers=64, thread_name_prefix="cleaner-docker")
+#: As many connections to the engine are kept open for them.
+ENGINE_THREADS = 64
+EXECUTOR = ThreadPoolExecutor(max_workers=ENGINE_THREADS, thread_name_prefix="cleaner-docker")
 
 
 async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -42,9 +44,30 @@ async def in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def client(timeout: int = 60) -> Any:
+    """A client of the engine, safe to share between :data:`EXECUTOR`'s threads (:func:`_one_connection_pool`)."""
     import docker
 
-    return docker.from_env(timeout=timeout)
+    engine = docker.from_env(timeout=timeout, max_pool_size=ENGINE_THREADS)
+    _one_connection_pool(engine)
+    return engine
+
+
+def _one_connection_pool(engine: Any) -> None:
+    """Make the client keep one pool of connections to a unix socket engine, whatever the URL.
+
+    docker's unix socket adapter keeps a connection pool per request URL, and each container has URLs of its
+    own, in a cache of 25 that closes the pool it evicts. With more containers than that being created,
+    started and removed by threads at once, a pool another thread still uses is closed under it: its answer
+    is lost (``'NoneType' object has no attribute 'qsize'`` as the connection goes back), and a container
+    the engine created is left behind, never known to the caller. Every connection of a unix socket goes to
+    the same place, so one pool serves them all.
+    """
+    from docker.transport.unixconn import UnixHTTPAdapter
+
+    for adapter in engine.api.adapters.values():
+        if isinstance(adapter, UnixHTTPAdapter):
+            get_connection = adapter.get_connection
+            adapter.get_connection = lambda url, proxies=None, _get=get_connection: _get("http+docker://engine/")
 
 
 def docker_available() -> bool:

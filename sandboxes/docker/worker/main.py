@@ -27,7 +27,8 @@ state is lost, and the answer says so).
 
 After every call the whole process tree of the call is killed: every process in
 the container except the worker (and the stateful session) is sent SIGKILL, which
-also catches children that left the process group with ``setsid``. As PID 1 of
+also catches children that left the process group with ``setsid``; with no session
+to keep, the worker, as PID 1, does it in one ``kill(-1)`` that a fork bomb cannot outrun. As PID 1 of
 the container the worker ignores signals it has no handler for, so the program
 cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned zombies.
 """
@@ -44,7 +45,7 @@ import sys
 import time
 
 from sandboxes.docker.worker import procs
-from sandboxes.docker.worker.procs import REAPED, empty_dir, kill_others, oom_kills, other_pids
+from sandboxes.docker.worker.procs import REAPED, empty_dir, kill_all, kill_others, oom_kills, other_pids
 from sandboxes.docker.worker.program import (
     _child_setup,
     _decode_status,
@@ -108,10 +109,35 @@ class Worker:
             "hugepages_mb": self.hugepages_mb,
         }
 
+    def end_others(self, finished=None, wait=True):
+        """End every process but the worker and what it keeps (its spares, its session).
+
+        ``finished`` is the last program process, which reported its end and is only exiting: it gets one
+        SIGKILL and is not waited for. As the container's PID 1 with no session to keep, anything else still
+        there (a program's children, a fork bomb) ends with one :func:`kill_all`; the spares go with it and
+        are forked again, and without ``wait`` their exits are not waited for. Returns how many processes
+        were ended, negative when they were all signalled at once and may still be exiting.
+        """
+        once = () if finished is None else (finished,)
+        if not (procs.INIT and self.session_pid is None):
+            return kill_others(self.keep(), once=once)
+        for pid in once:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        left = other_pids(self.keep() | set(once))
+        if left:
+            spares, self.spares = self.spares, []
+            for spare in spares:
+                spare.close()
+            kill_all(wait)
+        return len(left) if wait else -len(left)
+
     def reset(self, request):
         self.stop_session()
         self.drop_spares()
-        killed = kill_others(self.keep())
+        killed = self.end_others()
         empty_dir(self.workdir)
         for path in self.config["scratch"]:
             empty_dir(path)
@@ -126,7 +152,7 @@ class Worker:
         a spare forked earlier, and the refill waits until the worker is idle again.
         """
         finished, self.finished = self.finished, None
-        kill_others(self.keep(), once=() if finished is None else (finished,))
+        self.end_others(finished)
         if self.config["stateful"]:
             return
         self.spares = [spare for spare in self.spares if spare.usable() or spare.discard()]
@@ -374,12 +400,13 @@ class Worker:
             if pid is None:
                 self.stop_session()
                 session_died = session_died or timed_out or exceeded
-            kill_others(self.keep())
-            if pid is not None and not reaped:
+            exiting = self.end_others(wait=False) < 0  # all signalled at once: nothing of the call runs again
+            if pid is not None and not reaped and not (exiting and (timed_out or exceeded)):
                 code = self._wait(pid)
                 if not status_seen:
                     exit_code = code
-            more, _ = self._drain(sel, bufs, cap, wait=0.5)
+            # What was written before the kill is in the pipes now; only processes still running could add to it.
+            more, _ = self._drain(sel, bufs, cap, wait=0.0 if exiting else 0.5)
             exceeded = exceeded or more
         elif pid is not None:
             self.finished = pid
@@ -468,6 +495,7 @@ class _Call:
 def main():
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     procs.CONTAINED = bool(config.get("contained"))
+    procs.INIT = procs.CONTAINED and os.getpid() == 1
     limit_program_memory(config.get("program_memory"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
     # Finished programs exit at idle priority, after the answer: reap them when they are done, so that the
@@ -505,7 +533,7 @@ def main():
             pass
     worker.stop_session()
     worker.drop_spares()
-    kill_others(worker.keep())
+    worker.end_others()
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import time
 
 #: True only when the worker runs alone in a container's PID namespace (set from the config by the worker).
 CONTAINED = False
+#: True when the worker is also that namespace's PID 1 (the attach transport), so that :func:`kill_all` may be used.
+INIT = False
 _OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
 
@@ -96,6 +98,29 @@ def kill_others(keep, once=()):
             time.sleep(0.001)
     reap()
     return killed
+
+
+def kill_all(wait=True):
+    """As the container's PID 1: SIGKILL every other process with one ``kill(-1)``; with ``wait``, reap them all.
+
+    The kernel signals every process of the namespace but PID 1 in one pass that no ``fork`` can
+    overtake (a process with the signal pending cannot fork), so a fork bomb ends at once however
+    loaded the host is, where killing pid by pid from a ``/proc`` scan races its refill. From that
+    ``kill(-1)`` on, no process but the worker runs code of its own again; what is left is their
+    exits, which take the CPU of tearing down each address space (seconds for a fork bomb on a
+    starved container), so they need not be waited for before answering.
+    """
+    for attempt in range(1100):  # at most about 10 s for processes that are slow to exit
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        reap()
+        if not wait:
+            return
+        if not other_pids({os.getpid()}):
+            return
+        time.sleep(0.001 if attempt < 100 else 0.01)
 
 
 def oom_kills():

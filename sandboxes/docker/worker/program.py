@@ -138,10 +138,11 @@ def _child_setup(workdir, program=True):
     else:
         _oom_score(SPARE_OOM_SCORE)  # a spare dies before the worker (it is forked again)
     try:
-        # Inside the container's CPU share, the worker must win against a fork bomb to end it in time;
-        # a program alone in its container runs at full speed whatever its niceness.
-        os.nice(19)
-    except OSError:
+        # Inside the container's CPU share, the worker must win against a fork bomb to end it in time: a program
+        # runs at idle priority, which the worker preempts as soon as it wakes. A program alone in its container
+        # runs at full speed all the same (the policy orders tasks within the container, not between containers).
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError):
         pass
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -315,12 +316,16 @@ class _Spare:
             return False
         return True
 
-    def discard(self):
+    def close(self):
+        """Close the worker's ends of the spare's pipes (the process itself is someone else's to end)."""
         for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
             try:
                 os.close(fd)
             except OSError:
                 pass
+
+    def discard(self):
+        self.close()
         try:
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
