@@ -16,6 +16,13 @@ just ``("cleaner", "local")`` / ``"cleaner"`` for auto). Lifecycle:
 For the eval log's header, :func:`sandbox_metadata` gives the same description when
 a task is built (``Task(metadata={"sandbox": sandbox_metadata(...)})``).
 
+How many sandboxes Inspect holds at once is the provider's ``default_concurrency``
+(:func:`sandbox_limit`), which Inspect reads before any ``task_init``: the largest bound
+of the docker pools that tasks built in this process will use (a task says so when it is
+built: :func:`expect_sandboxes`). Samples beyond it wait in Inspect's own limiter, which
+has no deadline, rather than in the pool's ``acquire``, which fails after its acquire
+timeout. ``inspect eval --max-sandboxes N`` replaces it.
+
 Inspect's ``exec``/``write_file``/``read_file`` work against the sandbox's work
 dir. Our own solver wants the structured :class:`~sandboxes.base.ExecResult`
 (ok flag, error kind) rather than Inspect's text result; :func:`structured`
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Mapping
 from typing import Any, Literal, Union, overload
 
 from inspect_ai.util import ExecResult as InspectExecResult
@@ -49,6 +57,7 @@ from pydantic import BaseModel, Field
 
 from sandboxes.backends import Backend, describe_choice, get_backend
 from sandboxes.base import TIMEOUT, ExecResult, Sandbox
+from sandboxes.docker.policy import default_max_containers
 
 PYTHON_NAMES = ("python", "python3")
 #: Key of the sample store entry that says where the sample's programs ran.
@@ -98,6 +107,35 @@ def sandbox_metadata(config: SandboxEnvironmentConfigType | None) -> dict[str, A
     return describe_choice(cfg.backend, **cfg.options)
 
 
+#: The bounds of the docker pools that tasks built in this process will use (see :func:`expect_sandboxes`).
+_docker_bounds: set[int] = set()
+
+
+def expect_sandboxes(described: Mapping[str, Any]) -> None:
+    """Record, while a task is built, where its sandboxes will come from: ``described`` is
+    :func:`sandbox_metadata`'s answer for the task's config. A docker pool's bound (``max_containers``)
+    then counts in :func:`sandbox_limit`; a local pool, which has no bound, does not.
+
+    Inspect reads the limit before any task of an eval starts, so a task says it when it is built.
+    """
+    if described.get("backend") == "docker":
+        _docker_bounds.add(int(described["max_containers"]))
+
+
+def sandbox_limit() -> int | None:
+    """How many ``cleaner`` sandboxes Inspect holds at once (``inspect eval --max-sandboxes`` replaces it).
+
+    None (no limit) when no task built in this process uses docker: the local pool gives as many sandboxes as
+    are asked for. Otherwise the largest docker pool bound those tasks recorded (:func:`expect_sandboxes`),
+    never below :func:`~sandboxes.docker.policy.default_max_containers`: a sample beyond it then waits in
+    Inspect's limiter, which has no deadline, instead of in the pool's ``acquire``, which fails after the
+    acquire timeout. The limit covers every ``cleaner`` sandbox of the eval, local ones included.
+    """
+    if not _docker_bounds:
+        return None
+    return max(default_max_containers(), *_docker_bounds)
+
+
 @sandboxenv(name="cleaner")
 class CleanerSandboxEnvironment(SandboxEnvironment):
     """One sample's sandbox, backed by a :class:`~sandboxes.base.Sandbox` of our backends."""
@@ -116,6 +154,11 @@ class CleanerSandboxEnvironment(SandboxEnvironment):
     @classmethod
     def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
         return CleanerSandboxConfig(**config)
+
+    @classmethod
+    def default_concurrency(cls) -> int | None:
+        """Inspect's limit on sandboxes at once when ``--max-sandboxes`` is not given: :func:`sandbox_limit`."""
+        return sandbox_limit()
 
     @classmethod
     def _backend(cls, config: CleanerSandboxConfig) -> Backend:

@@ -25,6 +25,15 @@ def no_engine_left_running(request: pytest.FixtureRequest):
         pytest.fail(f"{request.module.__name__} left engine processes running (now killed):\n{listing}")
 
 
+@pytest.fixture(autouse=True)
+def no_docker_limit_carried_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from a process in which no task said it uses docker: the record behind Inspect's
+    limit on sandboxes at once (sandboxes.inspect_provider.expect_sandboxes) is process-global."""
+    from sandboxes import inspect_provider
+
+    monkeypatch.setattr(inspect_provider, "_docker_bounds", set())
+
+
 @pytest.fixture
 async def local_sandbox():
     from sandboxes.local.sandbox import LocalSandbox

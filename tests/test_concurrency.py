@@ -1,5 +1,6 @@
 """How many samples a task runs at once: a preset asks for its whole run (up to a ceiling), the sandbox pool follows,
-the command line overrides it; and the idle-engine warning, once per task, against the stand-in engine."""
+Inspect holds no more sandboxes at once than a docker pool gives, the command line overrides it; and the idle-engine
+warning, once per task, against the stand-in engine."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from inspect_ai import Task
+from inspect_ai.dataset import Sample
 from inspect_ai.log import EvalConfig, EvalDataset, EvalSpec
 from inspect_ai.model import GenerateConfig
+from inspect_ai.solver import Generate, TaskState, solver
 
 from harness.engines.standin import Policy, StandinConfig, StandinProcess
 from harness.evals.concurrency import (
@@ -22,6 +27,9 @@ from harness.evals.concurrency import (
     preset_concurrency,
     resolve_in_flight,
 )
+from sandboxes import inspect_provider
+from sandboxes.docker.policy import ACQUIRE_TIMEOUT_ENV, MAX_CONTAINERS_ENV
+from sandboxes.inspect_provider import CleanerSandboxConfig, CleanerSandboxEnvironment, expect_sandboxes
 
 ROOT = Path(__file__).resolve().parents[1]
 WARNING = "samples in flight"
@@ -61,6 +69,116 @@ def test_without_a_preset_the_task_leaves_concurrency_to_inspect() -> None:
     t = _task("aime24", sandbox="local")
     assert t.config.adaptive_connections is None and t.config.max_connections is None
     assert t.sandbox.config.options == {} and t.metadata["concurrency"] is None
+
+
+# ------------------------------------------------------------- Inspect's limit on sandboxes follows the docker pool
+
+
+def test_the_sandbox_limit_is_the_largest_docker_pool_bound_and_none_without_docker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(MAX_CONTAINERS_ENV, "6")
+    limit = CleanerSandboxEnvironment.default_concurrency  # what Inspect reads when --max-sandboxes is not given
+    assert limit() is None  # no task uses docker: the local pool has no bound, so Inspect sets none
+    expect_sandboxes({"backend": "local", "isolation": "bubblewrap"})
+    assert limit() is None
+    expect_sandboxes({"backend": "docker", "max_containers": 6})
+    assert limit() == 6
+    expect_sandboxes({"backend": "docker", "max_containers": 64})
+    expect_sandboxes({"backend": "docker", "max_containers": 8})
+    assert limit() == 64  # the largest pool of the process's tasks
+    monkeypatch.setattr(inspect_provider, "_docker_bounds", {2})
+    assert limit() == 6  # never below the default pool bound
+
+
+def test_a_task_on_docker_tells_inspect_its_pools_bound() -> None:
+    _task("aime24", preset="cleaner-paper", sandbox="local")
+    assert CleanerSandboxEnvironment.default_concurrency() is None
+    _task("aime24", sandbox="docker")  # no preset: the pool's default bound
+    assert CleanerSandboxEnvironment.default_concurrency() == _default_bound()
+    _task("aime24", preset="cleaner-paper", sandbox="docker")  # the fixture's 4 problems x 16 samples in flight
+    assert CleanerSandboxEnvironment.default_concurrency() == max(64, _default_bound())
+
+
+def _default_bound() -> int:
+    from sandboxes.docker.policy import default_max_containers
+
+    return default_max_containers()
+
+
+#: The most samples of :func:`count_in_flight` that held their sandbox at once, and how many hold one now.
+_held = {"now": 0, "most": 0}
+
+
+@solver
+def count_in_flight():
+    """Holds the sample's sandbox for a moment (a sample holds it from its start to its end) and counts."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        _held["now"] += 1
+        _held["most"] = max(_held["most"], _held["now"])
+        try:
+            await anyio.sleep(0.3)
+        finally:
+            _held["now"] -= 1
+        return state
+
+    return solve
+
+
+def _sandboxes_at_once(samples: int) -> tuple[int, int | None]:
+    """Run ``samples`` samples on the local backend, every one allowed to start at once (``max_samples``): the most
+    that held a sandbox at once, and Inspect's limiter on ``cleaner`` sandboxes (None: there was none)."""
+    from inspect_ai import eval as inspect_eval
+    from inspect_ai.util._concurrency import concurrency_semaphores
+
+    _held.update(now=0, most=0)
+    task = Task(
+        dataset=[Sample(input=f"sample {i}", target="x") for i in range(samples)],
+        solver=count_in_flight(),
+        sandbox=("cleaner", CleanerSandboxConfig(backend="local", prewarm=0)),
+    )
+    [log] = inspect_eval(task, model="mockllm/model", max_samples=samples, display="none", log_dir=None)
+    assert log.status == "success", log.error
+    limiters = [s.concurrency for s in concurrency_semaphores() if s.name == "cleaner"]  # "sandboxes/cleaner"
+    return _held["most"], (limiters[0] if limiters else None)
+
+
+def test_inspect_holds_no_more_sandboxes_at_once_than_the_docker_pool_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _sandboxes_at_once(6) == (6, None)  # no docker task in the process: no limit
+    monkeypatch.setenv(MAX_CONTAINERS_ENV, "2")
+    expect_sandboxes({"backend": "docker", "max_containers": 2})  # as a task built on docker with this bound does
+    assert _sandboxes_at_once(6) == (2, 2)  # the other samples waited in Inspect's limiter, and all succeeded
+
+
+@pytest.mark.docker
+def test_samples_beyond_the_docker_pool_wait_for_a_container_instead_of_timing_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four samples, a pool of two containers, each sample's program holding its container longer than the pool's
+    acquire deadline: without Inspect's limit the last two samples fail in the pool's acquire."""
+    import json
+
+    from inspect_ai import eval as inspect_eval
+
+    monkeypatch.setenv(MAX_CONTAINERS_ENV, "2")
+    monkeypatch.setenv(ACQUIRE_TIMEOUT_ENV, "1")
+    call = json.dumps({"name": "python", "arguments": {"code": "import time\ntime.sleep(3)\nprint(25)"}})
+    script = tmp_path / "slow.yaml"
+    script.write_text(json.dumps({"default": [f"Check.\n<tool_call>\n{call}\n</tool_call>", "\\boxed{25}"]}))
+    monkeypatch.chdir(ROOT)  # Inspect resolves task files relative to the working directory
+    [log] = inspect_eval(
+        "tasks/aime24.py",
+        model=f"replay/{script}",
+        task_args={"data": "fixture", "sandbox": "docker", "timeout": 10},
+        limit=4,
+        log_dir=str(tmp_path / "logs"),
+        display="none",
+    )
+    assert log.status == "success", log.error
+    assert log.samples and len(log.samples) == 4
+    for s in log.samples:
+        assert s.error is None and any(m.role == "tool" and m.text.strip() == "25" for m in s.messages)
 
 
 # ------------------------------------------------------------------ which models are local engines

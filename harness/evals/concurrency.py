@@ -5,7 +5,8 @@ A GPU engine (vLLM, SGLang) batches hundreds of requests; Inspect's own default 
 ``max_connections``. A paper preset therefore runs its whole protocol at once, up to :data:`MAX_IN_FLIGHT`
 samples (:func:`preset_concurrency`): the task's ``GenerateConfig`` asks for that many requests at once
 (Inspect's adaptive concurrency, starting at its ceiling, so it only comes down if a provider rate-limits), the
-sample limit follows it, and the sandbox pool is sized to it. ``inspect eval --max-connections N`` (a fixed
+sample limit follows it, and the sandbox pool is sized to it (on docker, Inspect's limit on sandboxes at once follows
+the pool's bound: :func:`sandboxes.inspect_provider.sandbox_limit`). ``inspect eval --max-connections N`` (a fixed
 limit) and ``--max-samples N`` override it, as for any task. What it costs and how the figures are derived:
 docs/evaluation.md ("How many samples at once") and docs/scaling.md.
 

@@ -36,7 +36,7 @@ from harness.evals.scorers import code_scorer, gpqa_scorer, math_scorer
 from harness.evals.solver import saar_agent
 from harness.reports.card import protocol_card
 from sandboxes.backends import resolve_backend_name
-from sandboxes.inspect_provider import CleanerSandboxConfig, sandbox_metadata
+from sandboxes.inspect_provider import CleanerSandboxConfig, expect_sandboxes, sandbox_metadata
 
 SandboxName = Literal["auto", "local", "docker"]
 
@@ -199,7 +199,9 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     Everything a bad argument can break (the tool environment, the judge, the prompt template file, the data)
     is loaded and checked here, before any sample runs. The log's task metadata records the resolved protocol,
     the whole tool environment (``tool_env``), the prompt templates' file and hash (``prompt_template``) and
-    the protocol card (``card``: :mod:`harness.evals.card`).
+    the protocol card (``card``: :mod:`harness.evals.card`). A task on docker records its pool's bound with the
+    sandbox provider (:func:`sandboxes.inspect_provider.expect_sandboxes`), so that Inspect runs no more samples'
+    sandboxes at once than the pool can give.
     """
     templates = options.templates()
     problems = load(templates)
@@ -208,6 +210,8 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     protocol = options.protocol(kind)
     concurrency = preset_concurrency(options.preset, len(problems) * protocol.epochs)
     sandbox = sandbox_spec(options.sandbox, concurrency)
+    where = sandbox_metadata(sandbox.config)
+    expect_sandboxes(where)  # a docker pool's bound becomes Inspect's limit on sandboxes at once
     config = generate_config(protocol)
     metadata: dict[str, Any] = {
         "preset": options.preset,
@@ -225,7 +229,7 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         "gamma": protocol.gamma,
         "similarity": protocol.similarity,
         # where the programs run (backend, isolation), decided now as the sandbox provider will
-        "sandbox": sandbox_metadata(sandbox.config),
+        "sandbox": where,
         # samples at once (a preset's; None: Inspect's defaults), read by the idle-engine warning
         METADATA_KEY: concurrency.to_dict() if concurrency else None,
     }

@@ -27,6 +27,7 @@ from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 from harness.benchmarks.registry import NAMES
 from harness.core.environ import temporary_environ
 from harness.core.metrics import TrajectoryMetrics
+from harness.engines.launch_check import EngineCommandMissing, check_sglang_command, sglang_would_start
 
 #: The registered benchmarks (harness.benchmarks.registry), each with its task in ``tasks/``: the names
 #: ``compare`` accepts and runs by default (a live view: a benchmark registered later is in it).
@@ -298,7 +299,10 @@ def run_arms(
     sample's seconds (a sample that reaches it ends and is scored). Both arms get the same
     ``seed``, dataset, limit and generation config; only ``saar`` differs. ``epochs`` None
     leaves the number of samples per problem to the task (its preset, or 1). No generation
-    seed is sent: the solver seeds every generation per (sample, epoch) from the task's ``seed``.
+    seed is sent: the solver seeds every generation per (sample, epoch) from the task's ``seed``. An ``sglang/``
+    model for which Inspect would start a server is checked before any eval (Inspect starts it when it creates
+    the model): a :class:`CompareError` says what is missing
+    (:func:`harness.engines.launch_check.check_sglang_command`).
     ``parallel`` runs a task's arms at once, in one eval set (``<log_dir>/<task>``): a served engine then
     batches both arms' requests, and one arm's slowest samples overlap the other's. ``share_prefix`` (with
     both arms) generates the requests the arms have in common once (:mod:`harness.evals.shared_prefix`),
@@ -306,6 +310,11 @@ def run_arms(
     """
     if epochs is not None and epochs < 1:
         raise CompareError(f"epochs must be >= 1, got {epochs}")
+    if sglang_would_start(model, model_args=model_args):
+        try:  # Inspect starts SGLang when it creates the model, before any task runs: say first if it cannot
+            check_sglang_command()
+        except EngineCommandMissing as exc:
+            raise CompareError(str(exc)) from None
     unknown = [a for a in arms if a not in ARMS]
     if unknown:
         raise CompareError(f"unknown arm(s) {unknown}: use 'on' and/or 'off'")
