@@ -211,6 +211,7 @@ class Call:
     verdict: str  #: "ok" (as expected), "sandbox_failed" (a clear sandbox error) or what was wrong
     container: str | None = None  #: the container a sandbox failure concerns (docker)
     detail: str = ""  #: the start of a sandbox failure's message
+    after: str | None = None  #: the program of the call before it in the same sandbox (None: the first)
 
 
 def judge(program: Program, result: Any) -> str:
@@ -265,6 +266,7 @@ class Soak:
             if getattr(sandbox, "uid", None) is not None:
                 self.uids.add(sandbox.uid)
             dropped = len(getattr(sandbox, "dropped", ()))
+            before: str | None = None
             try:
                 for _ in range(rng.randint(4, 16)):
                     if not self._more():
@@ -284,8 +286,10 @@ class Soak:
                             judge(program, result),
                             result.extra.get("container") if result.sandbox_failed else None,
                             result.stderr[:200] if result.sandbox_failed else "",
+                            before,
                         )
                     )
+                    before = program.name
                     await asyncio.sleep(rng.uniform(0, self.args.think_ms / 1000))  # the model's turn
             finally:
                 try:
@@ -418,6 +422,8 @@ class Soak:
             "sandbox_failed_not_by_kill": len(not_by_kill),
             "sandbox_failed_not_by_kill_programs": dict(Counter(c.program for c in not_by_kill).most_common(20)),
             "sandbox_failed_not_by_kill_examples": [c.detail for c in not_by_kill[:5]],
+            # what ran just before in the same sandbox: a program whose cleanup delays the next call shows here
+            "sandbox_failed_not_by_kill_after": dict(Counter(str(c.after) for c in not_by_kill).most_common(20)),
             "kills": len(self.kills),
             "containers_replaced": len(self.replaced),
             "containers_died_without_a_kill": len(died),

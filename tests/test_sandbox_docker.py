@@ -107,6 +107,27 @@ async def test_timeout(sandbox) -> None:
     assert (await sandbox.run_python("print('next')")).stdout == "next\n"
 
 
+async def test_a_fork_bomb_is_answered_before_its_teardown_which_the_next_call_waits_for() -> None:
+    """At a fork bomb's deadline the worker (PID 1) ends every process with one kill(-1) and answers at once; the
+    exits of its processes, seconds of CPU on a starved container, finish before the next call, whose wait for
+    its answer is longer by ``exit_wait``. A tenth of a core and a short grace make a teardown outlast it."""
+    from sandboxes.docker.sandbox import DockerSandbox
+
+    sb = await DockerSandbox(cpus=0.1, grace=0.1).start()
+    try:
+        bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+        for _ in range(2):
+            r = await sb.run_python(bomb, timeout=1)
+            assert r.error_kind == "Timeout" and not r.sandbox_failed, r.stderr[-300:]
+            assert sb._current is not None and sb._current.exiting
+            after = await sb.run_python("import os\nprint(sum(p.isdigit() for p in os.listdir('/proc')))", timeout=0.3)
+            assert after.ok and not sb._current.exiting, after.stderr[-300:]
+            assert int(after.stdout) <= 4  # the worker, its spares and this call: nothing of the bomb
+        assert sb.replacements == 0
+    finally:
+        await sb.close()
+
+
 async def test_output_cap_stops_a_flood(sandbox) -> None:
     cap = sandbox.config.max_output
     r = await sandbox.run_python("import sys\nwhile True: sys.stdout.write('y' * 65536)", timeout=10)

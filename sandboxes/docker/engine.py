@@ -120,6 +120,8 @@ class Container:
         self.container = container
         self.channel = channel
         self.cold_start = started
+        #: the worker's last answer came before its call's processes had exited (it waits for them first)
+        self.exiting = False
 
     @property
     def short_id(self) -> str:

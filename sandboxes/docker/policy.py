@@ -127,6 +127,9 @@ class DockerConfig:
     #: seconds past a call's timeout before the sandbox itself is declared dead (room for a loaded host: a worker
     #: ending a fork bomb among many busy containers needs more than a second)
     grace: float = 3.0
+    #: seconds the worker gives the processes of a killed call to finish exiting before it takes the next call
+    #: (a fork bomb's teardown on a starved container); the next call's wait for its answer is that much longer
+    exit_wait: float = 10.0
     #: seconds a call waits for its container to be (re)started; past it the call is sandbox_failed, not run
     ready_timeout: float = 10.0
     env: dict[str, str] = field(default_factory=dict)  #: added to the container's environment
@@ -140,6 +143,7 @@ class DockerConfig:
             "max_output",
             "start_timeout",
             "grace",
+            "exit_wait",
             "ready_timeout",
             "workdir_inodes",
             "tmp_inodes",
@@ -203,6 +207,7 @@ def worker_command(config: DockerConfig) -> list[str]:
         "max_output": config.max_output,
         "contained": True,
         "program_memory": memory_budget(config)["program"],
+        "exit_wait": config.exit_wait,
     }
     return ["python3", "-c", WORKER_SOURCE, json.dumps(worker_config)]
 

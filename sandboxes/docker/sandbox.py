@@ -210,7 +210,9 @@ class DockerSandbox(Sandbox):
                     self._last_dropped,
                 )
             try:
-                answer = await asyncio.wait_for(current.channel.request(request), timeout + self.config.grace + 1)
+                # a worker still waiting for the last call's processes to exit takes this one after them
+                wait = timeout + self.config.grace + 1 + (self.config.exit_wait if current.exiting else 0)
+                answer = await asyncio.wait_for(current.channel.request(request), wait)
             except asyncio.CancelledError:  # the caller gave up mid-call: the stream is out of step, start afresh
                 self._fail()
                 raise
@@ -230,6 +232,7 @@ class DockerSandbox(Sandbox):
             if "error" in answer:
                 self._fail()
                 return self._failed(f"the sandbox worker failed: {answer['error']}", start, current.short_id)
+            current.exiting = bool(answer.get("exiting"))
         return self._result(answer, start, current)
 
     @property

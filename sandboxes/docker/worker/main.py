@@ -69,6 +69,7 @@ _DEFAULTS = {
     "fresh_workdir": False,
     "spares": 2,  #: program processes kept forked ahead (stateless mode)
     "hugepages": True,  #: back the preloaded heap with huge pages (cheaper forks and exits)
+    "exit_wait": 10.0,  #: seconds a killed call's processes get to finish exiting before the next call
 }
 
 
@@ -131,7 +132,7 @@ class Worker:
             spares, self.spares = self.spares, []
             for spare in spares:
                 spare.close()
-            kill_all(wait)
+            kill_all(float(self.config["exit_wait"]) if wait else 0.0)
         return len(left) if wait else -len(left)
 
     def reset(self, request):
@@ -392,7 +393,7 @@ class Worker:
         for fd in (call.status_fd, watch):
             if fd is not None and fd in sel.get_map():
                 sel.unregister(fd)
-        at_end = False
+        at_end = exiting = False
         if not (timed_out or exceeded):
             exceeded, at_end = self._drain(sel, bufs, cap, wait=0.0)
         if not (status_seen and at_end and not exceeded):
@@ -421,6 +422,7 @@ class Worker:
             "output_exceeded": exceeded,
             "session_died": session_died,
             "started": started,
+            "exiting": exiting,
             "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
             "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
         }

@@ -2,6 +2,7 @@
 empty directories (standard library only; part of the worker, see :mod:`sandboxes.docker.worker`).
 """
 
+import itertools
 import os
 import signal
 import time
@@ -100,8 +101,9 @@ def kill_others(keep, once=()):
     return killed
 
 
-def kill_all(wait=True):
-    """As the container's PID 1: SIGKILL every other process with one ``kill(-1)``; with ``wait``, reap them all.
+def kill_all(wait=0.0):
+    """As the container's PID 1: SIGKILL every other process with one ``kill(-1)``, and reap them all for at most
+    ``wait`` seconds.
 
     The kernel signals every process of the namespace but PID 1 in one pass that no ``fork`` can
     overtake (a process with the signal pending cannot fork), so a fork bomb ends at once however
@@ -110,15 +112,14 @@ def kill_all(wait=True):
     exits, which take the CPU of tearing down each address space (seconds for a fork bomb on a
     starved container), so they need not be waited for before answering.
     """
-    for attempt in range(1100):  # at most about 10 s for processes that are slow to exit
+    deadline = time.monotonic() + wait
+    for attempt in itertools.count():
         try:
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
             pass
         reap()
-        if not wait:
-            return
-        if not other_pids({os.getpid()}):
+        if time.monotonic() >= deadline or not other_pids({os.getpid()}):
             return
         time.sleep(0.001 if attempt < 100 else 0.01)
 
