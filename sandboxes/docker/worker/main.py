@@ -28,8 +28,8 @@ state is lost, and the answer says so).
 After every call the whole process tree of the call is killed: every process in
 the container except the worker (and the stateful session) is sent SIGKILL, which
 also catches children that left the process group with ``setsid``; with no session
-to keep, the worker, as PID 1, does it in one ``kill(-1)`` that a fork bomb cannot outrun. As PID 1 of
-the container the worker ignores signals it has no handler for, so the program
+to keep, the worker, as PID 1, does it in one ``kill(-1)`` that a fork bomb cannot
+outrun. As PID 1 of the container the worker ignores signals it has no handler for, so the program
 cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned zombies.
 """
 
@@ -116,12 +116,12 @@ class Worker:
         ``finished`` is the last program process, which reported its end and is only exiting: it gets one
         SIGKILL and is not waited for. As the container's PID 1 with no session to keep, anything else still
         there (a program's children, a fork bomb) ends with one :func:`kill_all`; the spares go with it and
-        are forked again, and without ``wait`` their exits are not waited for. Returns how many processes
-        were ended, negative when they were all signalled at once and may still be exiting.
+        are forked again, and without ``wait`` their exits are not waited for. Returns how many processes were
+        ended, and whether they may still be exiting.
         """
         once = () if finished is None else (finished,)
         if not (procs.INIT and self.session_pid is None):
-            return kill_others(self.keep(), once=once)
+            return kill_others(self.keep(), once=once), False
         for pid in once:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -133,12 +133,12 @@ class Worker:
             for spare in spares:
                 spare.close()
             kill_all(float(self.config["exit_wait"]) if wait else 0.0)
-        return len(left) if wait else -len(left)
+        return len(left), bool(left) and not wait
 
     def reset(self, request):
         self.stop_session()
         self.drop_spares()
-        killed = self.end_others()
+        killed, _ = self.end_others()
         empty_dir(self.workdir)
         for path in self.config["scratch"]:
             empty_dir(path)
@@ -401,7 +401,7 @@ class Worker:
             if pid is None:
                 self.stop_session()
                 session_died = session_died or timed_out or exceeded
-            exiting = self.end_others(wait=False) < 0  # all signalled at once: nothing of the call runs again
+            _, exiting = self.end_others(wait=False)  # all signalled at once: nothing of the call runs again
             if pid is not None and not reaped and not (exiting and (timed_out or exceeded)):
                 code = self._wait(pid)
                 if not status_seen:
