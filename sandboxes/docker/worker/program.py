@@ -117,15 +117,6 @@ def _become_program():
         resource.setrlimit(resource.RLIMIT_DATA, (_program_memory, _program_memory))
 
 
-def _idle_exit():
-    """Before a finished program's exit: the teardown of its address space runs at idle priority, behind the
-    next call (it is killed by the worker at once anyway; nothing of the program runs after this)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (OSError, AttributeError):
-        pass
-
-
 def _child_setup(workdir, program=True):
     """What every forked program process does first: own session, OOM victim, default signals.
 
@@ -139,8 +130,9 @@ def _child_setup(workdir, program=True):
         _oom_score(SPARE_OOM_SCORE)  # a spare dies before the worker (it is forked again)
     try:
         # Inside the container's CPU share, the worker must win against a fork bomb to end it in time: a program
-        # runs at idle priority, which the worker preempts as soon as it wakes. A program alone in its container
-        # runs at full speed all the same (the policy orders tasks within the container, not between containers).
+        # runs, and its teardown exits, at idle priority, which the worker preempts as soon as it wakes (and which
+        # an unprivileged program cannot leave). A program alone in its container runs at full speed all the same
+        # (the policy orders tasks within the container, not between containers).
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError):
         pass
@@ -295,8 +287,7 @@ class _Spare:
                 devnull = os.open(os.devnull, os.O_RDWR)
                 for target in (0, 1, 2):  # release the pipes so that the worker sees their end
                     os.dup2(devnull, target)
-                os.write(st, _LEN.pack(status))
-                _idle_exit()
+                os.write(st, _LEN.pack(status))  # then its exit, at idle priority (see _child_setup)
             finally:
                 os._exit(status)
         for fd in (in_r, out_w, err_w, ctl_r, st_w):
