@@ -119,6 +119,30 @@ def test_the_worker_command_runs_from_its_own_sources(tmp_path: Path) -> None:
     assert loaded == sorted({"sandboxes", "sandboxes.docker", "sandboxes.docker.worker", *WORKER_MODULES})
 
 
+def test_a_program_starts_only_once_its_predecessor_has_exited(tmp_path: Path) -> None:
+    """The last program is killed after its answer and exits at idle priority; under load that exit can outlast
+    the host's turn, and the next program would see (and open through ``/proc``) a process of the call before.
+    A predecessor that takes 0.5 s to exit stands in for that here, in a worker of its own process."""
+    script = f"""
+import json, os, time
+from sandboxes.docker.worker.main import Worker
+worker = Worker({{"workdir": {str(tmp_path)!r}, "preload": [], "spares": 1, "hugepages": False}})
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.5)
+    os._exit(0)
+worker.finished = pid
+start = time.monotonic()
+answer = worker.run({{"code": "print(1)", "timeout": 30}})
+print(json.dumps({{"took": time.monotonic() - start, "exit_code": answer["exit_code"],
+                  "gone": not os.path.exists(f"/proc/{{pid}}")}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    outcome = json.loads(proc.stdout.splitlines()[-1])
+    assert outcome["exit_code"] == 0 and outcome["gone"] and outcome["took"] >= 0.4, outcome
+
+
 # ------------------------------------------------------------------ with an engine
 
 docker = pytest.mark.docker
@@ -286,3 +310,45 @@ async def test_a_call_waits_at_most_ready_timeout_for_a_replacement_container() 
     assert r.sandbox_failed and len(starts) == 1
     sandbox._replacing.cancel()
     sandbox._closed = True
+
+
+@docker
+def test_engine_client_keeps_one_connection_pool_for_all_threads() -> None:
+    """docker's unix socket adapter keeps a pool per URL in a cache of 25 that closes what it evicts, with 10
+    connections each: with dozens of containers handled by threads at once, a pool in use was closed under a
+    thread, which lost the engine's answer ('NoneType' object has no attribute 'qsize') and left behind the
+    container the engine had just created. The engine's client keeps one pool, with a connection per thread."""
+    import threading
+
+    from sandboxes.docker.engine import ENGINE_THREADS, client
+    from sandboxes.docker.policy import DockerConfig, container_spec
+    from sandboxes.image import image_tag
+
+    engine = client()
+    adapter = engine.api.get_adapter("http+docker://localhost")
+    one = adapter.get_connection("http+docker://localhost/v1.45/containers/a/json")
+    assert adapter.get_connection("http+docker://localhost/v1.45/containers/b/start") is one
+    assert one.pool.maxsize >= ENGINE_THREADS
+
+    label = {"cleaner.test": "connection-pool"}
+    spec = {**container_spec(DockerConfig(), image_tag(), label), "command": ["true"], "stdin_open": False}
+    errors: list[str] = []
+
+    def churn() -> None:
+        try:
+            container = engine.containers.create(**spec)
+            container.start()
+            container.reload()
+            container.remove(force=True)
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=churn) for _ in range(ENGINE_THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    left = engine.containers.list(all=True, filters={"label": "cleaner.test=connection-pool"})
+    for container in left:
+        container.remove(force=True)
+    assert errors == [] and left == []

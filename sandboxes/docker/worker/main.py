@@ -80,7 +80,7 @@ class Worker:
         self.session_pid = None
         self.session_sock = None
         self.spares = []  #: program processes forked ahead, oldest first
-        self.finished = None  #: the last program process, done but maybe still exiting
+        self.finished = None  #: the last program process, done but maybe still exiting until the next call
         #: processes that were there before the worker (an init, the exec transport's idle process)
         self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if procs.CONTAINED else set()
         self.preloaded = []
@@ -152,8 +152,7 @@ class Worker:
         request is waiting on ``req_fd``: a request that came back at once is served by
         a spare forked earlier, and the refill waits until the worker is idle again.
         """
-        finished, self.finished = self.finished, None
-        self.end_others(finished)
+        self.end_others(self.finished)
         if self.config["stateful"]:
             return
         self.spares = [spare for spare in self.spares if spare.usable() or spare.discard()]
@@ -164,6 +163,16 @@ class Worker:
                 self.spares.append(_Spare(self.workdir))
             except OSError:  # a limit refuses the fork even after retries: the next call forks on demand
                 return
+
+    def _await_finished(self):
+        """Wait until the last program process has exited, so that no program sees its predecessor.
+
+        It was killed after the answer and is normally reaped by now; under load its exit, at idle priority,
+        can still be running when the next call comes.
+        """
+        pid, self.finished = self.finished, None
+        if pid is not None and pid not in {spare.pid for spare in self.spares}:  # a pid reused by a spare
+            self._wait(pid)
 
     def _take_spare(self):
         """The oldest spare still waiting for its code, else one forked now."""
@@ -255,6 +264,7 @@ class Worker:
         cap = int(request.get("max_output", self.config["max_output"]))
         stdin_data = base64.b64decode(request.get("stdin", ""))
         code = request["code"]
+        self._await_finished()
         oom_before = oom_kills()
         state_lost = False
         if self.config["stateful"]:
