@@ -205,7 +205,7 @@ def test_a_float32_engines_seeded_samples_depend_neither_on_the_batch_nor_on_a_p
     """``warmup-iterate`` samples all of a round's trajectories at once (``IterateConfig.concurrency``), which is how
     fast and not what it samples only if a seeded request's tokens do not depend on what shares its batch, nor on a
     preemption (when the KV cache runs out vLLM frees a running request's blocks and computes it again later).
-    64 requests of 400 prompt and 64 sampled tokens, 4 at a time, then all at once, where they need more blocks
+    64 requests of 400 prompt and 32 sampled tokens, 16 at a time, then all at once, where they need more blocks
     than the engine's KV cache holds."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -214,7 +214,7 @@ def test_a_float32_engines_seeded_samples_depend_neither_on_the_batch_nor_on_a_p
     prompts = [list(range(1000 + 37 * i, 1400 + 37 * i)) for i in range(64)]  # none a prefix of another
 
     async def one(i: int, tag: str) -> list[int]:
-        params = SamplingParams(max_tokens=64, temperature=1.0, top_p=1.0, seed=100 + i, ignore_eos=True)
+        params = SamplingParams(max_tokens=32, temperature=1.0, top_p=1.0, seed=100 + i, ignore_eos=True)
         final = None
         async for out in sampler.engine.generate(TokensPrompt(prompt_token_ids=prompts[i]), params, f"{tag}-{i}"):
             final = out
@@ -230,9 +230,9 @@ def test_a_float32_engines_seeded_samples_depend_neither_on_the_batch_nor_on_a_p
         return list(await asyncio.gather(*(gated(i) for i in range(len(prompts)))))
 
     cache = sampler.engine.vllm_config.cache_config
-    assert len(prompts) * (400 + 64) > cache.num_gpu_blocks * cache.block_size  # all at once: some are preempted
-    few, many = loop.run_until_complete(in_flight(4)), loop.run_until_complete(in_flight(len(prompts)))
-    assert [len(t) for t in few] == [64] * len(prompts)
+    assert 16 * (400 + 32) < cache.num_gpu_blocks * cache.block_size < len(prompts) * (400 + 32)  # preempted: many
+    few, many = loop.run_until_complete(in_flight(16)), loop.run_until_complete(in_flight(len(prompts)))
+    assert [len(t) for t in few] == [32] * len(prompts)
     assert many == few
     assert len({tuple(t) for t in few}) == len(prompts)  # 64 different samples: the test compares something
 
