@@ -453,7 +453,7 @@ async def test_a_memory_hungry_program_dies_and_its_container_lives(name: str) -
     async def rounds(box: DockerSandbox) -> list[tuple[ExecResult, ExecResult]]:
         out = []
         for _ in range(3):
-            first = await box.run_python(MEMORY_HUNGRY[name], timeout=30)
+            first = await box.run_python(MEMORY_HUNGRY[name], timeout=10)
             after = await box.run_python("print('next')", timeout=10)
             out.append((first, after))
         return out
