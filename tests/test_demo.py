@@ -74,7 +74,7 @@ def test_the_demo_runs_the_warm_model_in_both_arms_and_the_replay_reference(tmp_
 def test_the_demo_on_vllm_purifies_the_warm_models_own_failures(tmp_path: Path) -> None:
     """The default engine where vLLM runs (its server, Inspect's vllm/ provider, the engine named in the report),
     at the demo's own settings on its first 24 problems: SAAR must purify some of the real model's failed calls.
-    The demo's run of 2026-12-04 purified 4 of these 24 problems' failures (20 of its 100 samples'); the text on
+    A full demo run purifies failures on a few of these 24 problems (about one sample in five); the text on
     vLLM depends on what shares a batch, so the count moves a little from run to run, and 0 means SAAR or the model
     broke (a purification is the one thing only a real model's self-correction shows)."""
     needs_vllm()

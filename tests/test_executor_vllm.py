@@ -50,9 +50,9 @@ MAX_LEN = 1024  # --data.max_len
 MAX_NEW = 96  # --rollout.max_new_tokens (the cpu-smoke recipe's per-turn budget)
 SAMPLES = 4  # --rollout.n_samples_per_prompt: with 2, the SAAR-on arm's 6 rollouts once made no failing call (the
 #             distilled model: 3 and 5 failing calls in 9 rollouts per arm); 12 per arm make that about 1 in 200
-#: Problems the warm model fails on at this budget. The warm model of 2026-12-05 seldom calls the tool on stdin
-#: problems, so the earlier two stdin problems left an arm without a failing call (a cold run: 0 in 12 rollouts);
-#: of eight math problems, these failed most (rl-2000-0004-aime: 10 of 15 calls over both arms).
+#: Problems the warm model fails on at this budget. It seldom calls the tool on stdin problems, which left an arm
+#: without a failing call; of eight math problems, these failed most (rl-2000-0004-aime: 10 of 15 calls over both
+#: arms).
 PROBLEMS = ("rl-2000-0004-aime", "rl-2000-0013-aime", "rl-2000-0005-aime")
 CONFIG = ExecutorConfig.from_json(
     json.dumps(

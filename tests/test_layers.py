@@ -79,8 +79,8 @@ def test_nothing_imports_tasks() -> None:
 
     The garbage collector is held off while parsing. CPython 3.11 keeps one AST recursion counter per interpreter:
     a finalizer that ran inside a parse and parsed too (formatting an unraisable exception's traceback does) failed
-    it with "AST constructor recursion depth mismatch" (CI, 2026-12-05; the finalizer was a leaked subprocess
-    transport, since fixed: ``test_a_flooded_call_closes_its_pipes``).
+    it with "AST constructor recursion depth mismatch" (the finalizer was a leaked subprocess transport, which
+    ``test_a_flooded_call_closes_its_pipes`` now guards against).
     """
     gc.collect()
     gc.disable()

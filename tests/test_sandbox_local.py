@@ -702,7 +702,7 @@ def test_a_flooded_call_closes_its_pipes(stream: str) -> None:
     The flooded stream's reader stops at the cap, so its pipe's transport was paused and never saw EOF; the
     collector then finalized it after its event loop had closed ("unclosed transport", "Event loop is closed").
     That finalizer ran inside another test's ``ast.parse`` and, through CPython 3.11's interpreter-wide AST
-    recursion counter, failed it with "AST constructor recursion depth mismatch" (CI, 2026-12-05).
+    recursion counter, failed it with "AST constructor recursion depth mismatch".
     """
     fd = {"stdout": 1, "stderr": 2}[stream]
     # a pipe of 1 MiB filled at once: the reader's buffer is past its high-water mark before the cap is seen

@@ -34,7 +34,7 @@ cpu: {steps: 2, prompts_per_step: 1, num_generations: 2, max_new_tokens: 8, max_
 """
 
 # The warm model on the generated problems, small enough for a test: 2 problems x 4 rollouts, 2 steps. The warm
-# model solves these problems sometimes, not always (5 of 8 and 3 of 8 samples in the two steps, 2026-12-04), and
+# model solves these problems sometimes, not always (about half of the samples in each step), and
 # some of its calls fail on their own (30-36%), so group rewards differ and the GRPO loss is not zero. Its turns
 # are longer than 64 tokens: with 64, no call was complete and every reward was -1.
 LEARNS = """
