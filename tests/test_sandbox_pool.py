@@ -131,7 +131,7 @@ pid = os.fork()
 if pid == 0:
     time.sleep(0.5)
     os._exit(0)
-worker.finished = pid
+worker.exiting = pid  # as after_response leaves the last program process: killed, maybe still exiting
 start = time.monotonic()
 answer = worker.run({{"code": "print(1)", "timeout": 30}})
 print(json.dumps({{"took": time.monotonic() - start, "exit_code": answer["exit_code"],

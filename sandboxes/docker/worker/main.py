@@ -80,7 +80,8 @@ class Worker:
         self.session_pid = None
         self.session_sock = None
         self.spares = []  #: program processes forked ahead, oldest first
-        self.finished = None  #: the last program process, done but maybe still exiting until the next call
+        self.finished = None  #: the last program process, done but maybe still exiting
+        self.exiting = None  #: that process once killed after its answer: the next run waits for its exit
         #: processes that were there before the worker (an init, the exec transport's idle process)
         self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if procs.CONTAINED else set()
         self.preloaded = []
@@ -152,7 +153,10 @@ class Worker:
         request is waiting on ``req_fd``: a request that came back at once is served by
         a spare forked earlier, and the refill waits until the worker is idle again.
         """
-        self.end_others(self.finished)
+        finished, self.finished = self.finished, None
+        self.end_others(finished)
+        if finished is not None:
+            self.exiting = finished
         if self.config["stateful"]:
             return
         self.spares = [spare for spare in self.spares if spare.usable() or spare.discard()]
@@ -170,7 +174,7 @@ class Worker:
         It was killed after the answer and is normally reaped by now; under load its exit, at idle priority,
         can still be running when the next call comes.
         """
-        pid, self.finished = self.finished, None
+        pid, self.exiting = self.exiting, None
         if pid is not None and pid not in {spare.pid for spare in self.spares}:  # a pid reused by a spare
             self._wait(pid)
 
