@@ -514,8 +514,8 @@ def main():
     procs.INIT = procs.CONTAINED and os.getpid() == 1
     limit_program_memory(config.get("program_memory"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
-    # Finished programs exit at idle priority, after the answer: reap them when they are done, so that the
-    # next program sees no zombie.
+    # Finished programs exit at idle priority, after the answer: reap them as they end (the next run waits for
+    # the last one, Worker._await_finished).
     signal.signal(signal.SIGCHLD, lambda signum, frame: procs.reap())
     # Not dumpable (inherited by every fork until a program process makes itself dumpable again): the
     # programs, which run as the same uid, can neither trace the worker and the spares nor open their
