@@ -283,6 +283,11 @@ def test_bench_finishes_on_this_machine_within_its_bound() -> None:
     figures = json.loads(stdout)
     assert figures["docker"]["max_containers"] == 8
     assert set(figures["docker"]["throughput_calls_per_s"]) == {"1", "4", "8"}
+    assert figures["docker"]["paced"]["pause_ms"] == 10.0
+    cpu = figures["docker"]["cpu_ms_per_call_c8"]
+    # a call forks and ends a process in its container: that cannot be free, and the split adds up
+    assert cpu["containers"] > 0.5 and cpu["caller"] > 0
+    assert cpu["total"] == pytest.approx(cpu["containers"] + cpu["docker_daemons"] + cpu["caller"], abs=0.01)
     assert set(figures["targets"]) and "target docker_calls_per_s_c8>=400: " in stderr
     assert _containers(**{f"{LABEL}.owner.pid": str(proc.pid)}) == [], "the benchmark left containers"
 
