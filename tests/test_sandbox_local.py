@@ -496,6 +496,7 @@ async def test_a_new_backend_removes_what_a_killed_process_left_and_nothing_else
         assert live.workdir.is_dir() and not_ours.is_dir()
     finally:
         child.kill()
+        child.communicate()  # closes its pipes
         await live.close()
         not_ours.rmdir()
 
@@ -718,6 +719,7 @@ def test_a_flooded_call_closes_its_pipes(stream: str) -> None:
         )
         return outcome.output_exceeded
 
+    gc.collect()  # what earlier tests left to the collector is theirs, not this call's
     assert asyncio.run(call())
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -47,6 +47,31 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.parametrize("socket_file", ["missing", "not listening"])
+def test_no_engine_is_no_and_leaves_no_socket_open(
+    socket_file: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A machine without an engine answers "no" to every check, and no check leaves a socket to the collector."""
+    import gc
+    import socket
+    import warnings
+
+    path = tmp_path / "docker.sock"
+    bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if socket_file == "not listening":
+        bound.bind(str(path))  # the file is there, nobody accepts
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    gc.collect()
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert not docker_engine.docker_available()
+            gc.collect()
+    finally:
+        bound.close()
+    assert not [w for w in seen if "unclosed" in str(w.message)], [str(w.message) for w in seen]
+
+
 def test_the_cpu_quota_is_enforced_per_10_ms() -> None:
     from sandboxes.docker.policy import DockerConfig, container_spec
 

@@ -19,6 +19,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +73,8 @@ def _one_connection_pool(engine: Any) -> None:
 
 def docker_available() -> bool:
     """Whether a Docker engine answers (within a few seconds)."""
+    if not _local_socket_answers():
+        return False
     try:
         engine = client(timeout=5)
         try:
@@ -80,6 +83,24 @@ def docker_available() -> bool:
             engine.close()
     except Exception:  # noqa: BLE001 - any failure means "no usable engine"
         return False
+
+
+def _local_socket_answers() -> bool:
+    """False when the engine is a unix socket (the default) that nobody listens on; True otherwise.
+
+    docker's client asks the engine for its version while it is being made, and when that fails it leaves its
+    socket open for the collector; a machine without an engine would leak one on every check.
+    """
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not host.startswith("unix://"):
+        return True  # tcp or ssh: the client's own check
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(5)
+        try:
+            probe.connect(host.removeprefix("unix://"))
+        except OSError:
+            return False
+    return True
 
 
 def image_present(image: str | None = None) -> bool:
