@@ -168,6 +168,35 @@ print(json.dumps({{"took": time.monotonic() - start, "exit_code": answer["exit_c
     assert outcome["exit_code"] == 0 and outcome["gone"] and outcome["took"] >= 0.4, outcome
 
 
+def test_unseeded_random_numbers_differ_from_call_to_call(tmp_path: Path) -> None:
+    """Each program is forked from a worker that imported numpy and sympy once; their generators must not hand
+    every program the same numbers, as a fresh interpreter would not. (The image's numpy loads ``numpy.random``
+    with ``numpy``; a newer one does not, so it is named here.)"""
+    draw = (
+        "import random, numpy, sympy.core.random as sr; "
+        "print(numpy.random.rand(), numpy.random.randint(1 << 30), sr.rng.random(), random.random())"
+    )
+    script = f"""
+import base64, json
+from sandboxes.docker.worker.main import Worker
+preload = ["numpy", "numpy.random", "sympy"]
+worker = Worker({{"workdir": {str(tmp_path)!r}, "preload": preload, "spares": 2, "hugepages": False}})
+draws = []
+for _ in range(3):
+    answer = worker.run({{"code": {draw!r}, "timeout": 60}})
+    worker.after_response()
+    draws.append(base64.b64decode(answer["stdout"]).decode().split())
+print(json.dumps(draws))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    draws = json.loads(proc.stdout.splitlines()[-1])
+    assert all(len(d) == 4 for d in draws), draws
+    names = ("numpy rand", "numpy randint", "sympy rng", "random")
+    for name, column in zip(names, zip(*draws, strict=True), strict=True):
+        assert len(set(column)) == 3, (name, draws)
+
+
 # ------------------------------------------------------------------ with an engine
 
 docker = pytest.mark.docker

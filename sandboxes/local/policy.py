@@ -7,7 +7,8 @@ unisolated unless asked by name, or as root ever (the command lines and the refu
 :func:`rlimits` are the resource limits, set by ``prlimit`` in the program's command line
 (:func:`prlimit_argv`) or, where util-linux is missing, by :func:`set_rlimits` in the child.
 
-A program's output depends only on the program (and its stdin and files): the hash seed is fixed
+A program's output depends only on the program (and its stdin and files, and unseeded random numbers, which
+come from the OS as in any interpreter): the hash seed is fixed
 (``PYTHONHASHSEED``) and the address space is not randomized (``setarch -R`` in the command line, or
 ``personality(ADDR_NO_RANDOMIZE)`` in the child), so ``print(set_of_strings)`` and the addresses in
 ``<generator object <genexpr> at 0x...>`` are the same in every run and a seeded rollout repeats. This costs no

@@ -117,6 +117,23 @@ def _become_program():
         resource.setrlimit(resource.RLIMIT_DATA, (_program_memory, _program_memory))
 
 
+def _fresh_random_state():
+    """Give the preloaded modules' random generators new seeds from the OS, as a fresh interpreter has.
+
+    Otherwise every program forked from the worker draws the same numbers: an unseeded ``numpy.random.rand()``
+    gives the same value in every call, where a fresh interpreter gives a new one. Python's own ``random``
+    reseeds itself in a forked child.
+    """
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        # a 32-bit seed goes straight to the generator; without one numpy draws through SeedSequence, which in a
+        # forked process touches many times the pages
+        numpy_random.seed(int.from_bytes(os.urandom(4), "little"))
+    sympy_random = sys.modules.get("sympy.core.random")
+    if sympy_random is not None:
+        sympy_random.seed()
+
+
 def _child_setup(workdir, program=True):
     """What every forked program process does first: own session, OOM victim, default signals.
 
@@ -136,6 +153,7 @@ def _child_setup(workdir, program=True):
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError):
         pass
+    _fresh_random_state()
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the worker's reaper is not the program's
