@@ -6,13 +6,16 @@ and the sandbox image, and skips without them unless ``CI`` is set (see ``confte
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -52,10 +55,6 @@ def test_no_engine_is_no_and_leaves_no_socket_open(
     socket_file: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """A machine without an engine answers "no" to every check, and no check leaves a socket to the collector."""
-    import gc
-    import socket
-    import warnings
-
     path = tmp_path / "docker.sock"
     bound = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if socket_file == "not listening":

@@ -73,9 +73,9 @@ def _one_connection_pool(engine: Any) -> None:
 
 def docker_available() -> bool:
     """Whether a Docker engine answers (within a few seconds)."""
-    if not _local_socket_answers():
-        return False
     try:
+        if not _local_socket_answers():
+            return False
         engine = client(timeout=5)
         try:
             return bool(engine.ping())
@@ -91,13 +91,15 @@ def _local_socket_answers() -> bool:
     docker's client asks the engine for its version while it is being made, and when that fails it leaves its
     socket open for the collector; a machine without an engine would leak one on every check.
     """
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    if not host.startswith("unix://"):
+    from docker.utils import parse_host  # the client's own reading of DOCKER_HOST and its default
+
+    host = parse_host(os.environ.get("DOCKER_HOST"))
+    if not host.startswith("http+unix://"):
         return True  # tcp or ssh: the client's own check
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         probe.settimeout(5)
         try:
-            probe.connect(host.removeprefix("unix://"))
+            probe.connect(host.removeprefix("http+unix://"))
         except OSError:
             return False
     return True
