@@ -31,7 +31,7 @@ from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
-from harness.benchmarks.lcb import fn_name_of, parse_tests
+from harness.benchmarks.lcb import fn_name_of, parse_tests, problem_tests
 from harness.benchmarks.reference_data import is_reference_source, load_reference_parquet
 from harness.benchmarks.reference_data import tests_from_ground_truth as tests_from_ground_truth
 from harness.benchmarks.rows import DatasetError as DatasetError
@@ -304,7 +304,14 @@ def _lcb_problem(source: str, index: int, row: Row, templates: PromptTemplates) 
         "source": source,
         "row": index,
     }
-    prompt = templates.render("code", content, starter_code=starter)
+    tests = None
+    if templates.shows_tests():  # every test it is graded on, public then private (decoded only then)
+        try:
+            graded = problem_tests(metadata, where=qid)
+        except ValueError as exc:
+            raise DatasetError(f"{source}: row {index}: {exc}") from exc
+        tests = ([t["input"] for t in graded], [t["output"] for t in graded])
+    prompt = templates.render("code", content, starter_code=starter, tests=tests)
     return Problem(id=qid, prompt=prompt, target="", kind="code", metadata=metadata)
 
 

@@ -19,26 +19,66 @@ timeout) and prints a JSON verdict. A sandbox failure raises; it is never scored
 Private tests are stored upstream as ``base64(zlib(pickle(json_string)))``. Unpickling
 untrusted data can run code, so :func:`decode_private_tests` uses an unpickler that
 refuses every global: only plain data (a string) comes out.
+
+The **reference's grading** (``rule="reference"``) is the other rule: Open-CLEANER grades
+LiveCodeBench with ``code_math.compute_score`` (verl ``utils/reward_score/livecodebench/code_math.py``
+193-373 at commit 91e40ad) over its code-judge service. There the program is the last
+```` ```python\n ```` block of the whole response after its first ``</think>``
+(:func:`reference_code`), a program that does not parse fails without running, a top-level
+function named ``fn_name`` is moved into a class ``Solution`` (:func:`as_solution_class`),
+and every test, functional ones too, runs the program as a script with the test input on
+standard input: it passes when the program exits with status 0 and its whole standard output,
+stripped, equals the expected output, stripped (code-judge ``app/worker_manager.py`` line 77;
+:func:`reference_stdout_matches`). The program runs after code-judge's imports
+(:func:`reference_prelude`) under its limits (:data:`REFERENCE_TIMEOUT`,
+:data:`REFERENCE_ADDRESS_SPACE`).
 """
 
 from __future__ import annotations
 
+import ast
 import base64
 import binascii
 import inspect
 import io
 import json
 import pickle
+import re
 import secrets
 import zlib
 from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from sandboxes.base import Sandbox, SandboxError
 
 TestType = Literal["stdin", "functional"]
-FailureKind = Literal["wrong_answer", "runtime_error", "timeout", "no_code"]
+FailureKind = Literal["wrong_answer", "runtime_error", "timeout", "no_code", "syntax_error"]
+#: How a program is graded: LiveCodeBench's own evaluator, or the reference's (code-judge's exact comparison).
+Rule = Literal["official", "reference"]
+RULES: tuple[Rule, ...] = get_args(Rule)
+
+#: Seconds per test of each rule: the project's default for the official grader; code-judge's
+#: ``MAX_EXECUTION_TIME=4`` (the reference's README, lines 108-109) for the reference's.
+RULE_TIMEOUTS: dict[Rule, float] = {"official": 6.0, "reference": 4.0}
+REFERENCE_TIMEOUT = RULE_TIMEOUTS["reference"]
+#: code-judge's address-space cap: ``MAX_MEMORY`` (256 MiB by default, ``app/config.py`` line 32) plus the
+#: 256 MiB it adds for Python (``app/libs/executors/python_executor.py`` lines 138-139), set after its imports.
+REFERENCE_ADDRESS_SPACE = 512 * 1024 * 1024
+#: The imports code-judge puts before every program (``python_executor.py`` line 27), then those of
+#: :data:`REFERENCE_NAME_IMPORTS` whose name the program uses.
+REFERENCE_IMPORTS = ("from __future__ import annotations", "from typing import *")
+#: A name the program uses -> the import code-judge adds for it (``python_executor.py`` lines 14-23).
+REFERENCE_NAME_IMPORTS: dict[str, str] = {
+    "math": "import math",
+    "itertools": "import itertools",
+    "collections": "import collections",
+    "np": "import numpy as np",
+    "numpy": "import numpy",
+    "sp": "import sympy as sp",
+    "sympy": "import sympy",
+    "symbols": "from sympy import symbols",
+}
 
 #: Imports made available to every candidate, like upstream's evaluator does (LeetCode
 #: starter code uses ``List[int]`` without importing it).
@@ -172,6 +212,101 @@ def stdout_matches(got, expected):
     return True
 
 
+def reference_stdout_matches(got, expected):
+    """code-judge's comparison: the whole output, stripped, equals the expected output, stripped."""
+    return got.strip() == expected.strip()
+
+
+# --------------------------------------------------------------------------- the reference's program
+
+
+def reference_code(response: str | None) -> str | None:
+    """The program the reference grades: the last ```` ```python\\n ```` block of the whole response.
+
+    As ``code_math.compute_score`` reads it (lines 197-200 and 311): the text after the first
+    ``</think>`` (up to a second one) when there is one, else all of it, tool calls and tool
+    results included; the fence must be exactly ```` ```python ```` and a line break.
+    ``None`` when there is no such block.
+    """
+    if not response:
+        return None
+    text = response.split("</think>")[1] if "</think>" in response else response
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    return blocks[-1] if blocks else None
+
+
+def _parses(code: str) -> str | None:
+    """Why ``code`` does not parse as Python, or None when it does (parsing runs nothing)."""
+    try:
+        ast.parse(code)
+    except SyntaxError as exc:
+        return f"SyntaxError: {exc.msg} (line {exc.lineno})"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def as_solution_class(code: str, fn_name: str) -> str:
+    """``code`` with its top-level function ``fn_name`` moved into a class ``Solution``, as the reference does.
+
+    ``code_math.convert_function_to_class_method`` (lines 97-136) does this when the ground truth
+    names a function and the program has no ``class Solution``: the function becomes the class's
+    only method (a ``self`` parameter added when its first one is not ``self``), the class goes
+    last, and the program is written back from its syntax tree. ``code`` unchanged when it does
+    not parse or has no such function.
+    """
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    target = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fn_name), None)
+    if target is None:
+        return code
+    if not (target.args.args and target.args.args[0].arg == "self"):
+        target.args.args.insert(0, ast.arg(arg="self"))
+    body = [n for n in tree.body if n is not target]
+    solution = ast.ClassDef(name="Solution", bases=[], keywords=[], body=[target], decorator_list=[])
+    if "type_params" in ast.ClassDef._fields:  # Python 3.12 and later
+        solution.type_params = []
+    body.append(solution)
+    tree.body = body
+    try:
+        return ast.unparse(ast.fix_missing_locations(tree))
+    except (ValueError, RecursionError):
+        return code
+
+
+def _names_used(code: str) -> set[str]:
+    """The names ``code`` reads, and the bases of its attributes (what code-judge's import analysis sees)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            names.add(node.value.id)
+    return names
+
+
+def reference_prelude(code: str) -> str:
+    """What code-judge writes before a program: its imports, then its limits (CPU time and address space)."""
+    used = sorted(REFERENCE_NAME_IMPORTS[name] for name in _names_used(code) if name in REFERENCE_NAME_IMPORTS)
+    limits = f"""
+def _reference_limits():
+    import os, resource
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    for _limit, _value in ((resource.RLIMIT_CPU, {int(REFERENCE_TIMEOUT)}), (resource.RLIMIT_AS, {REFERENCE_ADDRESS_SPACE})):
+        _hard = resource.getrlimit(_limit)[1]
+        resource.setrlimit(_limit, (_value if _hard == resource.RLIM_INFINITY else min(_value, _hard), _hard))
+_reference_limits()
+"""
+    return "\n".join([*REFERENCE_IMPORTS, *sorted(set(used))]) + "\n" + limits
+
+
 # --------------------------------------------------------------------------- the program
 
 _DRIVER = r"""
@@ -250,6 +385,7 @@ def main():
     marker = _PAYLOAD["marker"]
     fn_name = _PAYLOAD["fn_name"]
     timeout = _PAYLOAD["timeout"]
+    matches = reference_stdout_matches if _PAYLOAD["rule"] == "reference" else stdout_matches
     statuses, first, passed = [], None, 0
     for index, test in enumerate(_PAYLOAD["tests"]):
         start = time.monotonic()
@@ -270,7 +406,7 @@ def main():
                 failure = ("runtime_error", "the driver returned no value", _tail(out))
             elif json.loads(text) != test["expected"]:
                 failure = ("wrong_answer", "returned value differs from the expected one", _head(text))
-        elif not stdout_matches(out, test["output"]):
+        elif not matches(out, test["output"]):
             failure = ("wrong_answer", "output differs from the expected output", _head(out))
         if failure is None:
             passed += 1
@@ -298,13 +434,19 @@ def build_grading_program(
     timeout_per_test: float = 6.0,
     all_tests: bool = True,
     marker: str = "__LCB_RESULT__",
+    rule: Rule = "official",
 ) -> str:
-    """The self-contained, stdlib-only Python program that grades ``code`` on ``tests``.
+    """The self-contained, stdlib-only Python program that grades ``code`` on ``tests`` by ``rule``.
 
-    Functional test inputs and outputs are JSON-decoded here, so a broken test raises a
-    ``ValueError`` naming it before anything runs.
+    Functional test inputs and outputs are JSON-decoded here (the official rule), so a broken
+    test raises a ``ValueError`` naming it before anything runs. The reference's rule runs every
+    test as a script on standard input, after :func:`reference_prelude`.
     """
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     tests = parse_tests(tests)
+    if rule == "reference":
+        fn_name = None  # code-judge runs the program as a script, a functional test's input on stdin
     prepared: list[dict[str, Any]] = []
     for i, test in enumerate(tests):
         item: dict[str, Any] = {"input": test["input"], "output": test["output"]}
@@ -322,10 +464,11 @@ def build_grading_program(
         "timeout": float(timeout_per_test),
         "all_tests": all_tests,
         "marker": marker,
-        "prelude": PRELUDE,
+        "prelude": reference_prelude(code) if rule == "reference" else PRELUDE,
         "driver": _DRIVER,
+        "rule": rule,
     }
-    compare = inspect.getsource(_line_decimals) + "\n" + inspect.getsource(stdout_matches)
+    compare = "\n".join(inspect.getsource(f) for f in (_line_decimals, stdout_matches, reference_stdout_matches))
     program = _GRADER.replace("__COMPARE__", compare)
     return program.replace("__PAYLOAD__", repr(json.dumps(payload)))
 
@@ -356,6 +499,7 @@ class CodeGrade:
     statuses: str = ""  #: one letter per test run: P(assed) W(rong) R(untime error) T(imeout)
     duration: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    rule: Rule = "official"  #: how it was graded (:data:`RULES`)
 
     @property
     def fraction(self) -> float:
@@ -373,7 +517,7 @@ class CodeGrade:
         failure = self.first_failure
         if failure is None:
             return text
-        if failure.kind == "no_code":
+        if failure.kind in ("no_code", "syntax_error"):
             return f"{text}; {failure.message}"
         detail = f"; test {failure.index}: {failure.kind.replace('_', ' ')}: {failure.message}"
         if failure.kind == "wrong_answer" and failure.got:
@@ -393,30 +537,32 @@ async def grade(
     tests: list[dict[str, Any]],
     *,
     fn_name: str | None,
-    timeout_per_test: float = 6.0,
+    timeout_per_test: float | None = None,
     all_tests: bool = True,
+    rule: Rule = "official",
 ) -> CodeGrade:
-    """Grade ``code`` on ``tests`` in ``sandbox``.
+    """Grade ``code`` on ``tests`` in ``sandbox`` by ``rule``.
 
-    ``fn_name`` selects functional grading (LeetCode); ``None`` grades stdin programs.
-    ``all_tests=False`` stops at the first failure (LiveCodeBench's pass/fail verdict);
-    ``True`` runs every test, for the training reward's fraction. Raises
-    :class:`sandboxes.base.SandboxError` when the sandbox failed and
-    :class:`GradingError` when the grading program produced no verdict.
+    ``fn_name`` selects functional grading (LeetCode; the official rule) and ``None`` grades
+    stdin programs. ``all_tests=False`` stops at the first failure (LiveCodeBench's pass/fail
+    verdict); ``True`` runs every test, for the training reward's fraction. ``timeout_per_test``
+    None is the rule's (:data:`RULE_TIMEOUTS`). Raises :class:`sandboxes.base.SandboxError` when
+    the sandbox failed and :class:`GradingError` when the grading program produced no verdict.
     """
-    if timeout_per_test <= 0:
-        raise ValueError(f"grade: timeout_per_test must be positive, got {timeout_per_test}")
+    timeout = RULE_TIMEOUTS[rule] if timeout_per_test is None else timeout_per_test
+    if timeout <= 0:
+        raise ValueError(f"grade: timeout_per_test must be positive, got {timeout}")
     tests = parse_tests(tests)
     if not tests:
         raise ValueError("grade: the problem has no tests")
     if code is None or not code.strip():
         failure = TestFailure(0, "no_code", "the completion contains no code block")
-        return CodeGrade(0, len(tests), failure)
+        return CodeGrade(0, len(tests), failure, rule=rule)
     marker = f"__LCB_RESULT_{secrets.token_hex(8)}__"
     program = build_grading_program(
-        code, tests, fn_name=fn_name, timeout_per_test=timeout_per_test, all_tests=all_tests, marker=marker
+        code, tests, fn_name=fn_name, timeout_per_test=timeout, all_tests=all_tests, marker=marker, rule=rule
     )
-    budget = len(tests) * (timeout_per_test + 2.0) + 20.0
+    budget = len(tests) * (timeout + 2.0) + 20.0
     result = await sandbox.run_python(program, timeout=budget)
     if result.sandbox_failed:
         raise SandboxError(f"the sandbox failed while grading: {result.error_kind}: {result.stderr.strip()[-500:]}")
@@ -434,6 +580,7 @@ async def grade(
         first_failure=TestFailure(**first) if first else None,
         statuses=verdict.get("statuses", ""),
         duration=result.duration,
+        rule=rule,
     )
 
 
@@ -455,27 +602,40 @@ async def grade_completion(
     completion: str | None,
     metadata: dict[str, Any],
     *,
-    timeout_per_test: float = 6.0,
+    timeout_per_test: float | None = None,
     all_tests: bool = True,
+    rule: Rule = "official",
 ) -> CodeGrade:
-    """Extract the final ```python block of ``completion`` and grade it on the problem's tests.
+    """Grade the program of ``completion`` on the problem's tests, by ``rule``.
 
     ``metadata`` is a LiveCodeBench :class:`harness.benchmarks.datasets.Problem`'s metadata.
+    The official rule grades the final ```python block of ``completion`` (the final turn:
+    :func:`harness.benchmarks.scoring.extract_code`). The reference's rule reads the whole response
+    as ``completion`` (:func:`reference_code`), fails a program that does not parse without
+    running it, and moves a function named ``fn_name`` into a class ``Solution``
+    (:func:`as_solution_class`), as the reference does.
     """
     from harness.benchmarks.scoring import extract_code
 
+    tests = problem_tests(metadata, where=str(metadata.get("question_id", "problem")))
+    fn_name = fn_name_of(metadata)
+    if rule == "official":
+        code = extract_code(completion)
+    else:
+        code = reference_code(completion)
+        broken = None if code is None else _parses(code)
+        if broken is not None:
+            failure = TestFailure(0, "syntax_error", f"not run: the program does not parse ({broken})")
+            return CodeGrade(0, len(tests), failure, rule=rule)
+        if code is not None and fn_name and "class Solution" not in code:
+            code = as_solution_class(code, fn_name)
     return await grade(
-        sandbox,
-        extract_code(completion),
-        problem_tests(metadata, where=str(metadata.get("question_id", "problem"))),
-        fn_name=fn_name_of(metadata),
-        timeout_per_test=timeout_per_test,
-        all_tests=all_tests,
+        sandbox, code, tests, fn_name=fn_name, timeout_per_test=timeout_per_test, all_tests=all_tests, rule=rule
     )
 
 
 async def code_reward(
-    sandbox: Sandbox, completion: str | None, metadata: dict[str, Any], *, timeout_per_test: float = 6.0
+    sandbox: Sandbox, completion: str | None, metadata: dict[str, Any], *, timeout_per_test: float | None = None
 ) -> float:
     """The reference training reward for code: the fraction of all tests passed (0.0 to 1.0)."""
     result = await grade_completion(sandbox, completion, metadata, timeout_per_test=timeout_per_test, all_tests=True)

@@ -294,14 +294,14 @@ def _reference_code(layout: ReferenceLayout, templates: PromptTemplates) -> Call
             "question_content": content,
             "starter_code": "",
             "fn_name": fn_name,
-            # the reference grades on every test of ground_truth; the prompt shows none of them
+            # the reference grades on every test of ground_truth (a template may show them: {test_inputs})
             "public_test_cases": "[]",
             "private_test_cases": json.dumps(tests),
             "data_source": layout.data_source,
             "source": source,
             "row": index,
         }
-        prompt = templates.render("code", content)
+        prompt = templates.render("code", content, tests=(truth["inputs"], truth["outputs"]))
         return Problem(id=pid, prompt=prompt, target="", kind="code", metadata=metadata)
 
     return make

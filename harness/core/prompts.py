@@ -18,7 +18,11 @@ file fails before any sample runs. The placeholders of each kind are :data:`PLAC
 * ``{starter}`` (``code``): the starter-code block (:data:`STARTER_TEMPLATE`), or empty;
 * ``{io_rule}`` (``code``): :data:`CODE_STARTER_RULE` with starter code, else :data:`CODE_STDIN_RULE`;
 * ``{domain}`` (``gpqa``): the question's domain as the data names it (a template that uses it
-  refuses a question without one).
+  refuses a question without one);
+* ``{test_inputs}``, ``{test_outputs}`` (``code``): Python's ``str()`` of the list of the inputs
+  (the expected outputs) of every test the problem is graded on, as the data holds them: the
+  reference shows its ground truth this way (:func:`tests_text`). A loader computes them only
+  for a template that uses them (:meth:`PromptTemplates.uses`).
 
 A literal brace is written doubled (``\\boxed{{}}``); a single brace that is not one of these
 placeholders is an error at load time, never a silent change of the prompt.
@@ -50,10 +54,12 @@ PLACEHOLDERS: Mapping[str, frozenset[str]] = MappingProxyType(
     {
         "math": frozenset({"problem"}),
         "gpqa": frozenset({"problem", "domain"}),
-        "code": frozenset({"problem", "starter", "io_rule"}),
+        "code": frozenset({"problem", "starter", "io_rule", "test_inputs", "test_outputs"}),
     }
 )
 REQUIRED_PLACEHOLDER = "problem"
+#: The placeholders that show a code problem's tests (their values: :func:`tests_text`).
+TEST_PLACEHOLDERS = frozenset({"test_inputs", "test_outputs"})
 
 CODE_STDIN_RULE = "Your program must read the input from standard input and write the answer to standard output."
 CODE_STARTER_RULE = "Complete the starter code below; your solution is called through it, not through standard input."
@@ -145,14 +151,34 @@ class PromptTemplates:
                     f"(the file defines: {defined})"
                 )
 
-    def render(self, kind: str, problem: str, *, starter_code: str = "", domain: str = "") -> str:
+    def uses(self, kind: str, placeholders: Iterable[str]) -> bool:
+        """Whether the template of ``kind`` (which must exist) uses one of ``placeholders``."""
+        self.require([kind])
+        return not _placeholders(self.templates[kind], kind, self.source).isdisjoint(placeholders)
+
+    def shows_tests(self) -> bool:
+        """Whether the ``code`` template shows the problem's tests (``{test_inputs}`` or ``{test_outputs}``)."""
+        return "code" in self.templates and self.uses("code", TEST_PLACEHOLDERS)
+
+    def render(
+        self,
+        kind: str,
+        problem: str,
+        *,
+        starter_code: str = "",
+        domain: str = "",
+        tests: tuple[Sequence[Any], Sequence[Any]] | None = None,
+    ) -> str:
         """The user prompt of a problem of ``kind``.
 
         ``problem`` is stripped. ``starter_code`` (code) fills ``{starter}`` and selects
-        ``{io_rule}``; ``domain`` (gpqa) fills ``{domain}``.
+        ``{io_rule}``; ``domain`` (gpqa) fills ``{domain}``; ``tests`` (code: the inputs and
+        the expected outputs of every test the problem is graded on) fill ``{test_inputs}`` and
+        ``{test_outputs}`` (:func:`tests_text`).
         """
         self.require([kind])
         text = self.templates[kind]
+        used = _placeholders(text, kind, self.source)
         starter = STARTER_TEMPLATE.format(starter_code=starter_code.rstrip()) if starter_code.strip() else ""
         values = {
             "problem": problem.strip(),
@@ -160,11 +186,29 @@ class PromptTemplates:
             "io_rule": CODE_STARTER_RULE if starter else CODE_STDIN_RULE,
             "domain": domain.strip(),
         }
-        if "domain" in _placeholders(text, kind, self.source) and not values["domain"]:
+        if "domain" in used and not values["domain"]:
             raise PromptTemplateError(
                 f"prompt templates {self.source}: template {kind!r} uses {{domain}}, but this question has no domain"
             )
+        if not used.isdisjoint(TEST_PLACEHOLDERS):
+            if not tests or not tests[0]:
+                raise PromptTemplateError(
+                    f"prompt templates {self.source}: template {kind!r} shows the problem's tests "
+                    "({test_inputs}/{test_outputs}), but this problem has none"
+                )
+            values["test_inputs"], values["test_outputs"] = tests_text(*tests)
         return text.format_map(values)
+
+
+def tests_text(inputs: Sequence[Any], outputs: Sequence[Any]) -> tuple[str, str]:
+    """The values of ``{test_inputs}`` and ``{test_outputs}``: Python's ``str()`` of each list.
+
+    That is how the reference shows the ground truth it grades with (the ``str()`` of the
+    JSON-decoded ``inputs`` and ``outputs`` lists): strings in quotes, a line break as ``\\n``.
+    """
+    if len(inputs) != len(outputs):
+        raise ValueError(f"tests_text: {len(inputs)} inputs but {len(outputs)} outputs")
+    return str(list(inputs)), str(list(outputs))
 
 
 def _parse(raw: bytes, path: Path) -> Any:

@@ -13,15 +13,15 @@ counters moved to metadata would silently describe epoch 1 only. The epoch reduc
 and the accuracy with both. The judging itself lives in
 :mod:`harness.benchmarks.scoring` and :mod:`harness.benchmarks.lcb` (shared with the training reward).
 
-The math and GPQA scorers take a ``judge``:
+Every scorer takes a ``judge`` (the protocol's, :class:`harness.benchmarks.presets.EvalProtocol`):
 
 - ``"lenient"`` (the default): ``accuracy`` is the evaluation judge on the final turn
-  (equivalence by math-verify; GPQA's letter in any common style).
-- ``"reference"``: ``accuracy`` is the reference's own judge, the strict box check of its
-  training reward on the last 100 characters of the whole response, tool results included
-  (:func:`harness.benchmarks.scoring.reference_verdict` over
-  :func:`harness.core.response.response_text`); the lenient verdict is reported beside it as
-  ``accuracy_lenient``.
+  (equivalence by math-verify; GPQA's letter in any common style; LiveCodeBench's official grader).
+- ``"reference"``: ``accuracy`` is the reference's own judge of the whole response, tool results
+  included (:func:`harness.core.response.response_text`): for math and GPQA the strict box check of
+  its training reward on the last 100 characters (:func:`harness.benchmarks.scoring.reference_verdict`),
+  for code its code-judge's grading (exact output, :mod:`harness.benchmarks.lcb`). The lenient verdict
+  is reported beside it as ``accuracy_lenient``.
 
 The math scorer also reports ``judge_timeout`` (1 when math-verify gave up on the sample's
 answer, which then counts as not correct; in ``"reference"`` mode it concerns
@@ -73,15 +73,6 @@ def trajectory_values(state: TaskState) -> dict[str, float]:
     m = TrajectoryMetrics.from_summary(state.metadata.get(TRAJECTORY, {})).scalars()
     keep = ("tool_failure_rate", "tool_calls", "failures_kept", "saar_shallow", "saar_deep", "saar_purified")
     return {**{k: m[k] for k in keep}, "tokens_generated": m["tokens_generated"]}
-
-
-def _score(state: TaskState, correct: bool, answer: str | None, explanation: str = "") -> Score:
-    return Score(
-        value={"accuracy": 1.0 if correct else 0.0, **trajectory_values(state)},
-        answer=answer,
-        explanation=explanation or None,
-        metadata={TRAJECTORY: state.metadata.get(TRAJECTORY, {})},
-    )
 
 
 def _check_judge(judge: str) -> Judge:
@@ -168,24 +159,45 @@ def gpqa_scorer(judge: Judge = "lenient") -> Scorer:
     return score
 
 
-@scorer(metrics=METRICS)
-def code_scorer(problems: Sequence[Problem], timeout_per_test: float = 6.0) -> Scorer:
-    """LiveCodeBench: the final program passes every public and private test, run in the sandbox.
+@scorer(metrics=JUDGED_METRICS)
+def code_scorer(problems: Sequence[Problem], judge: Judge = "lenient", timeout_per_test: float | None = None) -> Scorer:
+    """LiveCodeBench: the program passes every public and private test, run in the sandbox.
 
-    The tests are kept here, by sample id, rather than in each sample's metadata: private
-    tests can be megabytes per problem and would bloat every log.
+    Args:
+        problems: the task's problems. Their tests are kept here, by sample id, rather than in each
+            sample's metadata: private tests can be megabytes per problem and would bloat every log.
+        judge: ``"lenient"`` (LiveCodeBench's official grader on the final turn's program) or
+            ``"reference"`` (the reference's grading of the whole response: the exact output
+            comparison of its code-judge, :mod:`harness.benchmarks.lcb`; the official verdict is then
+            ``accuracy_lenient``). The score's metadata holds each grading that ran (``grades``).
+        timeout_per_test: seconds per test; None: each grading's own.
     """
+    judge = _check_judge(judge)
     by_id = {p.id: p.metadata for p in problems}
 
     async def score(state: TaskState, target: Target) -> Score:
         completion = state.output.completion
-        grade = await lcb.grade_completion(
-            current_sandbox(),
-            completion,
-            by_id[str(state.sample_id)],
-            timeout_per_test=timeout_per_test,
-            all_tests=False,
-        )
-        return _score(state, grade.all_passed, scoring.extract_code(completion), grade.describe())
+        metadata = by_id[str(state.sample_id)]
+
+        async def graded(text: str | None, rule: lcb.Rule) -> lcb.CodeGrade:
+            return await lcb.grade_completion(
+                current_sandbox(), text, metadata, timeout_per_test=timeout_per_test, all_tests=False, rule=rule
+            )
+
+        official = await graded(completion, "official")
+        if judge == "lenient":
+            answer = scoring.extract_code(completion)
+            result = _judged_score(state, judge, official.all_passed, answer, {}, official.describe())
+            grades = {"official": official.to_dict()}
+        else:
+            response = reference_response(state)
+            reference = await graded(response, "reference")
+            extra = {"accuracy_lenient": 1.0 if official.all_passed else 0.0}
+            explanation = f"reference: {reference.describe()}; official: {official.describe()}"
+            answer = lcb.reference_code(response)
+            result = _judged_score(state, judge, reference.all_passed, answer, extra, explanation)
+            grades = {"reference": reference.to_dict(), "official": official.to_dict()}
+        result.metadata = {**(result.metadata or {}), "grades": grades}
+        return result
 
     return score

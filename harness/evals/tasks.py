@@ -251,11 +251,11 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     )
 
 
-#: The scorer of each problem kind, made for the problems and the protocol's judge (code runs its tests: no judge).
+#: The scorer of each problem kind, made for the problems and the protocol's judge.
 SCORERS: dict[Kind, MakeScorer] = {
     "math": lambda problems, judge: math_scorer(judge=judge),
     "gpqa": lambda problems, judge: gpqa_scorer(judge=judge),
-    "code": lambda problems, judge: code_scorer(problems),
+    "code": lambda problems, judge: code_scorer(problems, judge=judge),
 }
 
 
