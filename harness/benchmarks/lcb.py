@@ -299,7 +299,8 @@ def _reference_limits():
     import os, resource
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    for _limit, _value in ((resource.RLIMIT_CPU, {int(REFERENCE_TIMEOUT)}), (resource.RLIMIT_AS, {REFERENCE_ADDRESS_SPACE})):
+    limits = ((resource.RLIMIT_CPU, {int(REFERENCE_TIMEOUT)}), (resource.RLIMIT_AS, {REFERENCE_ADDRESS_SPACE}))
+    for _limit, _value in limits:
         _hard = resource.getrlimit(_limit)[1]
         resource.setrlimit(_limit, (_value if _hard == resource.RLIM_INFINITY else min(_value, _hard), _hard))
 _reference_limits()
