@@ -7,6 +7,7 @@ python -m harness regression                       # every results/baselines/*.y
 python -m harness demo                             # the warm model on vLLM (or in process), SAAR on vs off
 python -m harness serve smollm2-tools --port 8000   # the model behind vLLM's OpenAI server, on loopback
 python -m harness protocol --preset cleaner-paper --kind gpqa   # the whole resolved protocol (the card)
+python -m harness prompts from-reference ~/Open-CLEANER --out ~/reference-prompts.yaml   # the paper's prompts
 python -m harness trainers warmup                  # = python -m trainers warmup
 python -m harness sandboxes run prog.py            # = python -m sandboxes run prog.py
 
@@ -19,7 +20,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from harness.cli import compare, demo, forward, regression
+from harness.cli import compare, demo, forward, prompts, regression
 from harness.engines import serve
 from harness.reports import card
 from harness.reports.compare import CompareError
@@ -31,6 +32,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "demo": (demo.add_arguments, demo.run, demo.HELP),
     "serve": (serve.add_arguments, serve.run, "serve a local model behind vLLM's OpenAI server on 127.0.0.1"),
     "protocol": (card.add_arguments, card.main, "print the whole resolved protocol of a preset (the card)"),
+    "prompts": (prompts.add_arguments, prompts.run, prompts.HELP),
 }
 
 

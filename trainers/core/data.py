@@ -167,7 +167,7 @@ def item_from_row(
             tests, fn_name = tests_from_ground_truth(truth, where)
         except DatasetError as exc:
             raise DataError(str(exc)) from exc
-        prompt = templates.render("code", question)
+        prompt = templates.render("code", question, tests=(truth["inputs"], truth["outputs"]))
         return TrainItem(item_id, prompt, "", "code", tests, fn_name, data_source)
     target = str(truth).strip()
     if re.fullmatch(r"[A-D]", target) and _CHOICE.search(question):
