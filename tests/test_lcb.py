@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -15,6 +16,7 @@ from harness.benchmarks.datasets import load_livecodebench
 from harness.benchmarks.lcb import (
     CodeGrade,
     GradingError,
+    as_solution_class,
     build_grading_program,
     code_reward,
     decode_private_tests,
@@ -23,6 +25,8 @@ from harness.benchmarks.lcb import (
     grade,
     grade_completion,
     problem_tests,
+    reference_code,
+    reference_prelude,
     stdout_matches,
 )
 from sandboxes.base import ExecResult, Sandbox, SandboxError
@@ -251,3 +255,145 @@ async def test_bad_arguments(local_sandbox) -> None:
         await grade(local_sandbox, "print(1)", [], fn_name=None)
     with pytest.raises(ValueError, match="timeout_per_test"):
         await grade(local_sandbox, "print(1)", ADD, fn_name=None, timeout_per_test=0)
+
+
+# --------------------------------------------------------------------------- the reference's grading
+# Open-CLEANER @91e40ad: verl/verl/utils/reward_score/livecodebench/code_math.py (compute_score 193-373: the text
+# after </think> 197-200, the last ```python\n block 311-315, the syntax check 316-320, the class conversion 97-136
+# and 323-326, each test's input as stdin 333-337) over code-judge: app/worker_manager.py:77 (exit status 0 and the
+# whole stdout equal after strip), app/libs/executors/python_executor.py (imports 14-27, limits 97-114, 138-139),
+# README.md:108-109 (MAX_EXECUTION_TIME=4).
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code}```"
+
+
+@pytest.mark.parametrize(
+    ("response", "code"),
+    [
+        (fenced("print(1)\n") + " then " + fenced("print(2)\n"), "print(2)\n"),  # the last block
+        ("<think>" + fenced("print(1)\n") + "</think>" + fenced("print(2)\n"), "print(2)\n"),  # after </think>
+        ("a</think>" + fenced("print(1)\n") + "</think>" + fenced("print(2)\n"), "print(1)\n"),  # up to a second
+        ("```py\nprint(1)\n```", None),  # only ```python and a line break
+        ("```python print(1)```", None),
+        # the whole response: a block inside a tool call or a tool result counts
+        ("answer\n<tool_call>\n" + fenced("print(3)\n") + "\n</tool_call>", "print(3)\n"),
+    ],
+)
+def test_reference_code_reads_the_whole_response(response: str, code: str | None) -> None:
+    assert reference_code(response) == code
+
+
+def test_a_function_is_moved_into_class_solution() -> None:
+    converted = as_solution_class("import sys\ndef f(a, b):\n    return a + b\nprint(f(1, 2))\n", "f")
+    tree = ast.parse(converted)
+    assert isinstance(tree.body[-1], ast.ClassDef) and tree.body[-1].name == "Solution"
+    method = tree.body[-1].body[0]
+    assert method.name == "f" and [a.arg for a in method.args.args] == ["self", "a", "b"]
+    assert as_solution_class("def g():\n    pass\n", "f") == "def g():\n    pass\n"  # no such function: unchanged
+
+
+def test_the_reference_prelude_imports_what_code_judge_does() -> None:
+    prelude = reference_prelude("x = np.array([1])\ny = math.sqrt(2)\nz = symbols('z')\n")
+    lines = prelude.splitlines()
+    assert lines[:2] == ["from __future__ import annotations", "from typing import *"]
+    assert {"import math", "import numpy as np", "from sympy import symbols"} <= set(lines)
+    assert "import numpy" not in lines and "import collections" not in lines
+    program = build_grading_program("print(1)", ADD, fn_name=None, rule="reference")
+    assert json.loads(ast.literal_eval(program.split("json.loads(", 1)[1].split(")\n", 1)[0]))["timeout"] == 4.0
+    with pytest.raises(ValueError, match="rule must be one of official, reference"):
+        build_grading_program("print(1)", ADD, fn_name=None, rule="strict")  # type: ignore[arg-type]
+
+
+async def test_the_reference_compares_the_whole_output_exactly(sandbox, fixture_problems) -> None:
+    metadata = fixture_problems["fx_abc002_b"].metadata
+    short = "n = int(input())\nxs = list(map(int, input().split()))\nprint(sum(xs) / n)\n"
+    official = await grade_completion(sandbox, fenced(short), metadata, all_tests=True)
+    reference = await grade_completion(sandbox, fenced(short), metadata, all_tests=True, rule="reference")
+    assert (official.statuses, reference.statuses) == ("PPW", "WWW")  # 2.5 is not 2.500000 there
+    assert reference.rule == "reference" and official.rule == "official"
+    padded = "n = int(input())\nxs = list(map(int, input().split()))\nprint()\nprint(f'  {sum(xs) / n:.6f}  ')\n"
+    assert (await grade_completion(sandbox, fenced(padded), metadata, rule="reference")).all_passed  # strip only
+    split = "n = int(input())\nxs = list(map(int, input().split()))\nprint(f'{sum(xs) / n:.6f}'.replace('.', ' . '))\n"
+    assert not (await grade_completion(sandbox, fenced(split), metadata, rule="reference")).all_passed
+
+
+async def test_the_reference_runs_every_test_as_a_script(sandbox, fixture_problems) -> None:
+    metadata = fixture_problems["fx_9001"].metadata
+    solution = "class Solution:\n    def addToEvery(self, nums, k):\n        return [x + k for x in nums]\n"
+    assert (await grade_completion(sandbox, fenced(solution), metadata)).all_passed
+    reference = await grade_completion(sandbox, fenced(solution), metadata, all_tests=True, rule="reference")
+    assert reference.statuses == "WWWW"  # the class is defined, nothing is printed
+    script = "import sys, json\nnums, k = [json.loads(l) for l in sys.stdin.read().split(chr(10)) if l.strip()]\n"
+    script += "def addToEvery(nums, k):\n    return [x + k for x in nums]\nprint(addToEvery(nums, k))\n"
+    # a top-level function named fn_name is moved into class Solution first: the call then fails
+    moved = await grade_completion(sandbox, fenced(script), metadata, rule="reference")
+    assert moved.first_failure.kind == "runtime_error" and "NameError" in moved.first_failure.message
+    renamed = script.replace("addToEvery", "add_to_every")
+    assert (await grade_completion(sandbox, fenced(renamed), metadata, rule="reference")).all_passed
+
+
+async def test_the_reference_does_not_run_a_program_that_does_not_parse(sandbox, fixture_problems) -> None:
+    metadata = fixture_problems["fx_abc001_a"].metadata
+    result = await grade_completion(sandbox, fenced("print(1\n"), metadata, rule="reference")
+    assert result.first_failure.kind == "syntax_error" and result.passed == 0 and result.total == 4
+    assert "not run: the program does not parse" in result.describe()
+    assert (await grade_completion(sandbox, "no code", metadata, rule="reference")).first_failure.kind == "no_code"
+
+
+async def test_the_reference_caps_the_address_space(sandbox, fixture_problems) -> None:
+    metadata = fixture_problems["fx_abc001_a"].metadata
+    big = fenced("a, b = map(int, input().split())\nblock = bytearray(600 * 1024 * 1024)\nprint(a + b)\n")
+    assert (await grade_completion(sandbox, big, metadata)).all_passed  # the sandbox's own limit is larger
+    capped = await grade_completion(sandbox, big, metadata, rule="reference")
+    assert capped.first_failure.kind == "runtime_error" and "MemoryError" in capped.first_failure.message
+
+
+async def test_the_code_scorer_reports_the_references_verdict_with_the_official_one_beside(
+    local_sandbox, fixture_problems, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, ModelOutput
+    from inspect_ai.scorer import Target
+    from inspect_ai.solver import TaskState
+
+    from harness.evals import scorers
+
+    monkeypatch.setattr(scorers, "current_sandbox", lambda: local_sandbox)
+    problem = fixture_problems["fx_abc002_b"]
+
+    def answered(code: str) -> TaskState:
+        answer = "Here it is.\n" + fenced("n = int(input())\nxs = list(map(int, input().split()))\n" + code)
+        return TaskState(
+            model="replay/x",  # type: ignore[arg-type]
+            sample_id=problem.id,
+            epoch=1,
+            input=problem.prompt,
+            messages=[ChatMessageUser(content=problem.prompt), ChatMessageAssistant(content=answer)],
+            output=ModelOutput.from_content(model="replay/x", content=answer),
+        )
+
+    exact = answered("print(f'{sum(xs) / n:.6f}')\n")
+    reference = await scorers.code_scorer([problem], judge="reference")(exact, Target(""))
+    assert reference.value["accuracy"] == 1.0 and reference.value["accuracy_lenient"] == 1.0
+    assert set(reference.metadata["grades"]) == {"reference", "official"} and reference.metadata["judge"] == "reference"
+    state = answered("print(float(f'{sum(xs) / n:.6f}'))\n")  # 2.5, 7.0, 1.333333
+    both = await scorers.code_scorer([problem], judge="reference")(state, Target(""))
+    # 2.5 for 2.500000: the official grader passes it, the reference's exact comparison does not
+    assert both.value["accuracy"] == 0.0 and both.value["accuracy_lenient"] == 1.0
+    assert both.explanation.startswith("reference: 0/3 tests passed") and "official: 3/3" in both.explanation
+    lenient = await scorers.code_scorer([problem])(state, Target(""))
+    assert lenient.value["accuracy"] == 1.0 and "accuracy_lenient" not in lenient.value
+    assert set(lenient.metadata["grades"]) == {"official"} and lenient.metadata["judge"] == "lenient"
+
+
+@pytest.mark.parametrize(("preset", "judge"), [(None, "lenient"), ("cleaner-paper", "reference")])
+def test_the_task_grades_code_by_the_protocols_judge(preset: str | None, judge: str) -> None:
+    from inspect_ai._util.registry import registry_params
+
+    from harness.evals.tasks import registered_task
+
+    window = {"start_date": "2020-01-01", "end_date": "2030-12-31"}
+    task = registered_task("livecodebench", data="fixture", preset=preset, sandbox="local", **window)
+    assert task.metadata["protocol"]["judge"] == judge
+    assert registry_params(task.scorer[0])["judge"] == judge

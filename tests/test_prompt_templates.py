@@ -262,6 +262,19 @@ def test_a_domain_template_refuses_a_question_without_domain(tmp_path: Path) -> 
         templates.render("gpqa", "Q?")
 
 
+def test_a_code_template_shows_the_tests_as_python_prints_their_lists(tmp_path: Path) -> None:
+    templates = load_prompt_templates(_write(tmp_path, "code: '{problem} In:{test_inputs} Out:{test_outputs}'\n"))
+    assert templates.shows_tests() and not load_prompt_templates().shows_tests()
+    shown = templates.render("code", "Add.", tests=(["1 2\n", "it's"], ["3\n", '"q"']))
+    assert shown == "Add. In:['1 2\\n', \"it's\"] Out:['3\\n', '\"q\"']"
+    with pytest.raises(PromptTemplateError, match=r"shows the problem's tests .* but this problem has none"):
+        templates.render("code", "Add.")
+    with pytest.raises(ValueError, match="2 inputs but 1 outputs"):
+        templates.render("code", "Add.", tests=(["1", "2"], ["3"]))
+    with pytest.raises(PromptTemplateError, match=r"template 'math': unknown placeholder \{test_inputs\}"):
+        load_prompt_templates(_write(tmp_path, "math: '{problem} {test_inputs}'\n", "m.yaml"))
+
+
 def test_templates_built_in_code_are_checked_too() -> None:
     with pytest.raises(PromptTemplateError, match=r"here: template 'code': no \{problem\}"):
         PromptTemplates(templates={"code": "{starter}"}, source="here", sha256="0" * 64)

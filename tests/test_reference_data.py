@@ -132,6 +132,19 @@ def test_livecodebench_file_becomes_gradable_tests(files: dict[str, Path]) -> No
     assert problem_tests(functional.metadata) == [{"input": "[1, 2]", "output": "[2, 4]", "testtype": "functional"}]
 
 
+def test_a_template_that_shows_the_tests_gets_the_ground_truth_as_the_reference_prints_it(
+    files: dict[str, Path], tmp_path: Path
+) -> None:
+    # reward.py:103-106 (Open-CLEANER @91e40ad): str() of reward_model's ground_truth inputs and outputs
+    path = tmp_path / "mine.yaml"
+    path.write_text("code: |-\n  {problem}\n  In: {test_inputs}\n  Out: {test_outputs}\n", encoding="utf-8")
+    stdin, functional = ref.load_reference_parquet(
+        files["livecodebench"], "code", templates=load_prompt_templates(path)
+    )
+    assert stdin.prompt == "Read two integers and print their sum.\nIn: ['1 2\\n', '10 -3\\n']\nOut: ['3\\n', '7\\n']"
+    assert functional.prompt.endswith("In: ['[1, 2]']\nOut: ['[2, 4]']")
+
+
 async def test_livecodebench_problems_grade_in_a_sandbox(files: dict[str, Path], local_sandbox) -> None:
     stdin, functional = ref.load_reference_parquet(files["livecodebench"], "code")
     right = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"

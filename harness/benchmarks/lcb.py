@@ -96,6 +96,13 @@ sys.setrecursionlimit(50000)
 """
 
 
+def check_rule(rule: str) -> Rule:
+    """``rule`` if it is one of :data:`RULES`, else a ValueError naming them."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    return rule  # type: ignore[return-value]
+
+
 class GradingError(RuntimeError):
     """The grading program did not produce a verdict (not the candidate's fault to score)."""
 
@@ -432,7 +439,7 @@ def build_grading_program(
     tests: list[dict[str, Any]],
     *,
     fn_name: str | None,
-    timeout_per_test: float = 6.0,
+    timeout_per_test: float | None = None,
     all_tests: bool = True,
     marker: str = "__LCB_RESULT__",
     rule: Rule = "official",
@@ -441,10 +448,10 @@ def build_grading_program(
 
     Functional test inputs and outputs are JSON-decoded here (the official rule), so a broken
     test raises a ``ValueError`` naming it before anything runs. The reference's rule runs every
-    test as a script on standard input, after :func:`reference_prelude`.
+    test as a script on standard input, after :func:`reference_prelude`. ``timeout_per_test``
+    None is the rule's (:data:`RULE_TIMEOUTS`).
     """
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
+    check_rule(rule)
     tests = parse_tests(tests)
     if rule == "reference":
         fn_name = None  # code-judge runs the program as a script, a functional test's input on stdin
@@ -462,7 +469,7 @@ def build_grading_program(
         "code": code,
         "tests": prepared,
         "fn_name": fn_name,
-        "timeout": float(timeout_per_test),
+        "timeout": float(RULE_TIMEOUTS[rule] if timeout_per_test is None else timeout_per_test),
         "all_tests": all_tests,
         "marker": marker,
         "prelude": reference_prelude(code) if rule == "reference" else PRELUDE,
@@ -550,7 +557,7 @@ async def grade(
     None is the rule's (:data:`RULE_TIMEOUTS`). Raises :class:`sandboxes.base.SandboxError` when
     the sandbox failed and :class:`GradingError` when the grading program produced no verdict.
     """
-    timeout = RULE_TIMEOUTS[rule] if timeout_per_test is None else timeout_per_test
+    timeout = RULE_TIMEOUTS[check_rule(rule)] if timeout_per_test is None else timeout_per_test
     if timeout <= 0:
         raise ValueError(f"grade: timeout_per_test must be positive, got {timeout}")
     tests = parse_tests(tests)
@@ -618,6 +625,7 @@ async def grade_completion(
     """
     from harness.benchmarks.scoring import extract_code
 
+    check_rule(rule)
     tests = problem_tests(metadata, where=str(metadata.get("question_id", "problem")))
     fn_name = fn_name_of(metadata)
     if rule == "official":
