@@ -1,4 +1,4 @@
-"""LiveCodeBench grading, as LiveCodeBench's own evaluator grades, run inside a sandbox.
+"""LiveCodeBench grading, as LiveCodeBench's own evaluator grades or as the reference grades, run inside a sandbox.
 
 Two kinds of test exist upstream:
 
