@@ -20,7 +20,8 @@ hub dataset they come from, ``Gen-Verse/Open-AgentRL-Eval``. The layout, per tha
 
 :func:`load_reference_parquet` reads such a file, local or on the hub, and checks it whole
 before any sample runs. Prompts are rendered from ``problem`` with the run's templates (the
-reference's own wording is not part of this project; docs/benchmarks.md says how to copy it).
+reference's own wording, with LiveCodeBench's tests, is a template file that
+:mod:`harness.benchmarks.reference_prompts` writes from a checkout of the reference).
 The loaders of :mod:`harness.benchmarks.datasets` route such a file (their ``path``) to it.
 """
 
