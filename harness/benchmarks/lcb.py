@@ -242,15 +242,14 @@ def reference_code(response: str | None) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def _parses(code: str) -> str | None:
-    """Why ``code`` does not parse as Python, or None when it does (parsing runs nothing)."""
+def _syntax_tree(code: str) -> ast.Module | str:
+    """The syntax tree of ``code``, or why it does not parse as Python (parsing runs nothing)."""
     try:
-        ast.parse(code)
+        return ast.parse(code)
     except SyntaxError as exc:
         return f"SyntaxError: {exc.msg} (line {exc.lineno})"
     except (ValueError, RecursionError, MemoryError) as exc:
         return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 def as_solution_class(code: str, fn_name: str) -> str:
@@ -262,9 +261,8 @@ def as_solution_class(code: str, fn_name: str) -> str:
     last, and the program is written back from its syntax tree. ``code`` unchanged when it does
     not parse or has no such function.
     """
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _syntax_tree(code)
+    if isinstance(tree, str):
         return code
     target = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == fn_name), None)
     if target is None:
@@ -285,9 +283,8 @@ def as_solution_class(code: str, fn_name: str) -> str:
 
 def _names_used(code: str) -> set[str]:
     """The names ``code`` reads, and the bases of its attributes (what code-judge's import analysis sees)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
+    tree = _syntax_tree(code)
+    if isinstance(tree, str):
         return set()
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -300,7 +297,7 @@ def _names_used(code: str) -> set[str]:
 
 def reference_prelude(code: str) -> str:
     """What code-judge writes before a program: its imports, then its limits (CPU time and address space)."""
-    used = sorted(REFERENCE_NAME_IMPORTS[name] for name in _names_used(code) if name in REFERENCE_NAME_IMPORTS)
+    used = sorted({REFERENCE_NAME_IMPORTS[name] for name in _names_used(code) if name in REFERENCE_NAME_IMPORTS})
     limits = f"""
 def _reference_limits():
     import os, resource
@@ -312,7 +309,7 @@ def _reference_limits():
         resource.setrlimit(_limit, (_value if _hard == resource.RLIM_INFINITY else min(_value, _hard), _hard))
 _reference_limits()
 """
-    return "\n".join([*REFERENCE_IMPORTS, *sorted(set(used))]) + "\n" + limits
+    return "\n".join([*REFERENCE_IMPORTS, *used]) + "\n" + limits
 
 
 # --------------------------------------------------------------------------- the program
@@ -632,9 +629,9 @@ async def grade_completion(
         code = extract_code(completion)
     else:
         code = reference_code(completion)
-        broken = None if code is None else _parses(code)
-        if broken is not None:
-            failure = TestFailure(0, "syntax_error", f"not run: the program does not parse ({broken})")
+        tree = None if code is None else _syntax_tree(code)
+        if isinstance(tree, str):
+            failure = TestFailure(0, "syntax_error", f"not run: the program does not parse ({tree})")
             return CodeGrade(0, len(tests), failure, rule=rule)
         if code is not None and fn_name and "class Solution" not in code:
             code = as_solution_class(code, fn_name)
