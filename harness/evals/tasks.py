@@ -112,8 +112,9 @@ ARGUMENT_DOCS: dict[str, str] = {
     "share_prefix": "an id shared by both SAAR arms of one run: the requests they have in common (before SAAR "
     "first acts) are generated once and read from Inspect's cache by the other arm.",
     "tool_env": 'the tool environment, "project" or "reference" (Open-CLEANER\'s). Unset: the preset\'s, else project.',
-    "judge": 'the reported accuracy, "lenient" (equivalence) or "reference" (the strict box on the whole response; '
-    "the lenient verdict beside it). Unset: the preset's, else lenient.",
+    "judge": 'the reported accuracy, "lenient" (equivalence; LiveCodeBench\'s official grader) or "reference" (the '
+    "strict box, or code-judge's exact output, on the whole response; the lenient verdict beside it). Unset: the "
+    "preset's, else lenient.",
     "prompt_template": 'a prompt template file (docs/benchmarks.md, "Prompts"); unset: the project\'s. A relative '
     "path resolves against tasks/.",
     "tokenizer": "what a response budget counts tool output with (hub id or path); unset: the model's own.",
