@@ -21,8 +21,8 @@ directory (the code, without environments, runs and checkpoints: :data:`EXCLUDES
 ``pip`` with the project's own dependencies from ``pyproject.toml`` (Ray installs them
 into a virtualenv on top of each node's Python, which already has OpenRLHF, vLLM and
 torch). ``rollout.max_new_tokens`` is copied into the executor's configuration, whose
-overlong penalty counts generated tokens only; OpenRLHF's own
-``reward.overlong_buffer_len`` is refused (it counts tool output, its issue #1243).
+overlong penalty counts what the tool environment's budget counts; OpenRLHF's own
+``reward.overlong_buffer_len`` is refused (it counts tool output whatever the environment, its issue #1243).
 
 Every ``openrlhf`` key is checked against OpenRLHF's real argument parser, built from
 ``openrlhf/cli/train_ppo_ray.py`` of the installed package (its source is read, not
@@ -219,7 +219,8 @@ class Recipe:
         if flags.get("reward.overlong_buffer_len") is not None:
             raise RecipeError(
                 f"{where}: openrlhf.reward.overlong_buffer_len counts tool output as response length in OpenRLHF "
-                "0.11.2 (its issue #1243); set executor.overlong_buffer_len instead, which counts generated tokens"
+                "0.11.2 (its issue #1243); set executor.overlong_buffer_len instead, which counts what the tool "
+                "environment's budget counts"
             )
         level = flags.get("algo.advantage.is_correction_level", "off")
         if level != "off":
