@@ -1,5 +1,7 @@
 """A sandbox that fails mid-rollout in training: the rollout reruns from its start, is never scored as the model's
-failure, and past its reruns the step errors (both trainers: the OpenRLHF executor and the CPU trainer's run_one).
+failure, and past its reruns the step errors (both trainers: the OpenRLHF executor's ``run`` and the CPU trainer's
+run_one). The OpenRLHF executor's ``execute`` contains any exception of one rollout, reruns spent included: it
+records it, returns a loss-masked placeholder, and stops the job past its failure limit.
 
 The failure is injected (a sandbox whose first runs come back ``sandbox_failed``, as a killed container's call
 does: `tests/test_sandbox_soak.py` kills real ones); every other run goes to a real local sandbox.

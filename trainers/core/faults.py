@@ -6,8 +6,9 @@ The rollout core raises :class:`sandboxes.base.SandboxError` when a tool call co
 cannot be scored, because the failure was not its program's. Both trainers (the CPU trainer's
 ``run_one`` and the OpenRLHF executor) run each rollout through :func:`rerun_on_sandbox_failure`:
 the same trajectory seed, a fresh sandbox and a fresh token store, at most ``retries`` more
-times; past that the step errors with the rollout's name, and the run resumes from its last
-checkpoint (``--resume``) with nothing of the steps already logged lost. The CPU trainer records such a
+times. Past that, in the CPU trainer, the step errors with the rollout's name, and the run resumes from its
+last checkpoint (``--resume``) with nothing of the steps already logged lost (the OpenRLHF executor treats the
+rollout as failed instead, below). The CPU trainer records such a
 step in its run directory and samples it with new seeds when ``--resume`` reaches it again; after
 ``cpu.step_fault_runs`` runs of the step it stops with :class:`StepKeepsFailing` (:mod:`trainers.cpu.resume`),
 so a fault that repeats cannot make ``--resume`` loop.
@@ -16,7 +17,7 @@ vLLM's engine dying mid-step (its process killed, out of memory) is not rerun: e
 step shares it. :class:`EngineDied` says so and how to continue; the step's rollouts are not scored
 and its metrics line is not written, so ``--resume`` redoes the step from the last checkpoint.
 
-In the OpenRLHF executor any other exception of one rollout (a chat template it cannot render, a label it
+In the OpenRLHF executor any exception of one rollout (a chat template it cannot render, a label it
 cannot read, a sandbox image that is missing, a sandbox still failing after its reruns) is that rollout's:
 :class:`FailureLedger` records it (kind, sample, message), the executor returns a loss-masked placeholder in
 its place and the job goes on. When more than ``limit`` of an executor's last ``window`` rollouts failed, the

@@ -56,8 +56,6 @@ RECIPES = Path(__file__).parents[1] / "recipes"
 EXECUTOR_PATH = Path(__file__).parents[1] / "openrlhf_plugin" / "executor.py"
 TOP_KEYS = {"name", "description", "model", "data", "executor", "openrlhf", "ray", "gpu", "cpu"}
 GPU_KEYS = {"memory_gib", "reserve_gib", "model"}
-#: OpenRLHF's output flags, made absolute (Ray's working-dir copy is not where outputs may live)
-OUTPUT_FLAGS = ("ckpt.output_dir", "ckpt.path")
 DATA_KEYS = {"source", "prepared", "limit"}
 RAY_KEYS = {"address", "working_dir", "submit", "pip", "excludes", "env_vars"}
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -261,8 +259,7 @@ class Recipe:
             shape = memory.ModelShape.from_config(config, f"{where}.model")
         except ValueError as exc:
             raise RecipeError(str(exc)) from exc
-        flags = {**self.openrlhf}
-        return memory.plan(flags, shape, float(gpu_gib), float(self.gpu.get("reserve_gib", memory.RESERVE_GIB)))
+        return memory.plan(self.openrlhf, shape, float(gpu_gib), float(self.gpu.get("reserve_gib", memory.RESERVE_GIB)))
 
     def command(self) -> list[str]:
         """The full command: a Ray job submission when ``ray.submit`` (default), else a local run."""
