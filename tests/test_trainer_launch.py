@@ -79,6 +79,7 @@ BASE = "name: t\nmodel: some/model\ndata: {prepared: d.jsonl}\n"
         ("executor: {saar: {enabled: true, gama: 0.4}}", r"r.yaml: executor: unknown keys in 'saar': \['gama'\]"),
         ("executor: {max_turn: 3}", "unknown keys"),
         ("openrlhf: {train.agent_func_path: /nope/agent.py}", "does not exist"),
+        ("openrlhf: {algo.kl.target: 0.01}", "placeholder"),
         ("gpu: {memory_gib: eighty}", "gpu.memory_gib must be a positive number"),
         ("gpu: {vram: 80}", r"unknown keys in 'gpu'"),
     ],

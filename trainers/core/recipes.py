@@ -220,6 +220,12 @@ class Recipe:
                 "0.11.2 (its issue #1243); set executor.overlong_buffer_len instead, which counts what the tool "
                 "environment's budget counts"
             )
+        if flags.get("algo.kl.target") is not None:
+            raise RecipeError(
+                f"{where}: openrlhf.algo.kl.target (an adaptive KL coefficient) reads every sample's mean KL, which "
+                "is 0/0 for a failed rollout's placeholder (it has no action tokens, docs/training.md): leave it "
+                "unset and give algo.kl.init_coef"
+            )
         level = flags.get("algo.advantage.is_correction_level", "off")
         if level != "off":
             raise RecipeError(
