@@ -15,7 +15,9 @@ counts it; vLLM's CPU build never touches CUDA), OpenRLHF's own ``create_vllm_en
 sampling params and tokenizer. Without Ray (it is not a project dependency), the same engine arguments build
 ``vllm.AsyncLLMEngine`` in this process behind a copy of the actor's two methods. Either way one engine serves
 the whole module, SAAR on and off, on generated problems where the warm model fails (stdin programs: 91% of
-its calls fail) and one math problem.
+its calls fail) and one math problem. A third arm injects faults: every other rollout's engine raises after its
+first generation, and one prompt's label cannot be read; the executor contains both, and OpenRLHF's own
+sample and batch classes take what it returned.
 """
 
 from __future__ import annotations
@@ -84,7 +86,17 @@ def _items() -> list[TrainItem]:
     return [by_id[p] for p in PROBLEMS]
 
 
-def _sampling_params(saar: bool):
+#: the fault-injection arm: one problem with a fault in every other rollout, and one whose label cannot be read
+INJECT = "inject"
+BAD_LABEL = "not a label"
+
+
+def _inject_groups() -> list[tuple[str, str]]:
+    item = _items()[0]
+    return [(item.prompt, item.label()), (item.prompt, BAD_LABEL)]
+
+
+def _sampling_params(saar: bool | str):
     """OpenRLHF's own SamplingParams (samples_generator._dispatch_prompts_to_vllm), plus the test agent's arm."""
     from vllm import SamplingParams
 
@@ -96,7 +108,7 @@ def _sampling_params(saar: bool):
         min_tokens=1,
         skip_special_tokens=False,
         logprobs=None,  # --algo.advantage.is_correction_level off
-        extra_args={"saar": saar},
+        extra_args={"inject": True} if saar == INJECT else {"saar": saar},
     )
 
 
@@ -148,6 +160,17 @@ def _via_ray(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dict[s
             ]
             for saar in (True, False)
         }
+        refs[INJECT] = [
+            engine.generate_responses.remote(
+                prompt=prompt,
+                label=label,
+                sampling_params=_sampling_params(INJECT),
+                max_length=MAX_LEN,
+                hf_tokenizer=tokenizer,
+                num_samples=SAMPLES,
+            )
+            for prompt, label in _inject_groups()
+        ]
         results = {saar: [r for group in ray.get(rs) for r in group] for saar, rs in refs.items()}
         return results, {"engine": "ray", "build_s": built, "rollouts_s": time.monotonic() - start}
     finally:
@@ -210,6 +233,10 @@ def _in_process(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dic
                 ]
                 for saar in (True, False)
             }
+            groups[INJECT] = [
+                actor.generate_responses(prompt, label, _sampling_params(INJECT), MAX_LEN, tokenizer, SAMPLES)
+                for prompt, label in _inject_groups()
+            ]
             out = {saar: [r for g in await asyncio.gather(*gs) for r in g] for saar, gs in groups.items()}
             return out, {"engine": "in-process", "build_s": built, "rollouts_s": time.monotonic() - start}
         finally:
@@ -228,8 +255,9 @@ def tokenizer():
 
 
 @pytest.fixture(scope="module")
-def runs(tokenizer) -> dict[bool, list[dict]]:
-    """Every result OpenRLHF's actor returned, by arm (SAAR on: True), with the test agent's record."""
+def runs(tokenizer) -> dict[bool | str, list[dict]]:
+    """Every result OpenRLHF's actor returned, by arm (SAAR on: True; faults injected: INJECT), with the test
+    agent's record."""
     from harness.engines.serve import served_dir
 
     model = str(served_dir("smollm2-tools"))
@@ -237,7 +265,9 @@ def runs(tokenizer) -> dict[bool, list[dict]]:
     with_ray = forced == "ray" or (forced is None and importlib.util.find_spec("ray") is not None)
     with mock.patch.dict(os.environ):  # the engine's environment, restored afterwards for the rest of the session
         results, timing = (_via_ray if with_ray else _in_process)(model, tokenizer)
-    failing = {("on" if on else "off"): sum(r["extra_logs"]["tool_failures"] for r in results[on]) for on in results}
+    failing = {
+        ("on" if on else "off"): sum(r["extra_logs"]["tool_failures"] for r in results[on]) for on in (True, False)
+    }
     print(f"\nexecutor on vLLM: {json.dumps(timing)}, failing calls per arm {failing}")
     return results
 
@@ -403,3 +433,32 @@ def test_reward_scores_and_logs_are_right(runs, tokenizer):
         assert r["truncated"] == (rec["stop_reason"] == "length")
         assert r["rollout_log_probs"] is None
         assert json.loads(rec["config"])["saar"]["enabled"] is saar
+
+
+def test_a_rollout_that_raises_is_contained_and_openrlhf_assembles_the_batch(runs, tokenizer):
+    import torch
+    from openrlhf.trainer.ppo_utils.experience import Experience, split_experience_batch
+    from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+    results = runs[INJECT]
+    assert len(results) == 2 * SAMPLES  # every prompt got its group back: nothing raised out of the actor
+    good_label, bad_label = results[:SAMPLES], results[SAMPLES:]
+    injected = [r for r in good_label if r["test_record"]["injected"]]
+    assert injected and len(injected) < SAMPLES  # the group mixes failed and finished rollouts
+    for r in injected + bad_label:
+        assert r["action_ranges"] == [] and r["reward"] == 0.0 and r["extra_logs"]["rollout_failed"] == 1.0
+    assert all(len(r["test_record"]["calls"]) == 1 for r in injected)  # the engine generated, then the fault
+    for r in good_label:
+        if not r["test_record"]["injected"]:
+            assert r["action_ranges"] and r["extra_logs"]["rollout_failed"] == 0.0
+    # OpenRLHF's own path from a response to a training batch: one Experience per sample, micro-batches
+    # concatenated and split back (which needs the same extra_logs keys in every sample), rewards by group
+    experiences = [SamplesGenerator._process_response_into_experience(None, r, max_len=MAX_LEN) for r in results]
+    batch = Experience.concat_experiences(experiences, tokenizer.pad_token_id)
+    assert len(split_experience_batch(batch)) == len(results)
+    assert [int(e.action_mask.sum()) == 0 for e in experiences] == [
+        r["extra_logs"]["rollout_failed"] == 1.0 for r in results
+    ]
+    rewards = torch.cat([e.rewards for e in experiences]).reshape(-1, SAMPLES)  # group_norm's reshape
+    assert rewards.shape == (2, SAMPLES)
+    assert batch.info["rollout_failed"].sum().item() == len(injected) + SAMPLES  # the step's count of failures

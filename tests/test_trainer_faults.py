@@ -1,5 +1,7 @@
 """A sandbox that fails mid-rollout in training: the rollout reruns from its start, is never scored as the model's
-failure, and past its reruns the step errors (both trainers: the OpenRLHF executor and the CPU trainer's run_one).
+failure, and past its reruns the step errors (both trainers: the OpenRLHF executor's ``run`` and the CPU trainer's
+run_one). The OpenRLHF executor's ``execute`` contains any exception of one rollout, reruns spent included: it
+records it, returns a loss-masked placeholder, and stops the job past its failure limit.
 
 The failure is injected (a sandbox whose first runs come back ``sandbox_failed``, as a killed container's call
 does: `tests/test_sandbox_soak.py` kills real ones); every other run goes to a real local sandbox.
@@ -22,6 +24,7 @@ from sandboxes.base import ExecResult, Sandbox, SandboxError  # noqa: E402
 from trainers.core import _compat  # noqa: E402
 from trainers.core.config import CpuConfig  # noqa: E402
 from trainers.core.data import TrainItem  # noqa: E402
+from trainers.core.faults import RolloutsKeepFailing  # noqa: E402
 from trainers.cpu.rollouts import run_one  # noqa: E402
 from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig  # noqa: E402
 
@@ -248,3 +251,71 @@ def test_a_reseeded_step_samples_with_other_seeds_and_every_other_step_keeps_its
     (tmp_path / "r").mkdir()
     record_step_fault(tmp_path / "r", StepFault(2, 0, "boom"))
     assert run.step_reseed(2) == 1 and run.step_reseed(1) == run.step_reseed(3) == 0
+
+
+class _FailingEngine(_Engine):
+    """The scripted engine, raising on its ``fail_on``-th generation (a fault in the middle of a rollout)."""
+
+    def __init__(self, tokenizer, fail_on: int) -> None:
+        super().__init__(tokenizer)
+        self.fail_on = fail_on
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        if self.calls + 1 == self.fail_on:
+            raise RuntimeError("injected fault")
+        return await super().generate(prompt_token_ids, sampling_params, multi_modal_data)
+
+
+def _contained_executor(failures: int = 0, **config) -> AgentExecutor:
+    cfg = ExecutorConfig(saar=SaarConfig(enabled=True, prob=1.0), seed=0, **config)
+    return AgentExecutor(cfg, backend=_Backend(failures))
+
+
+async def _execute_one(executor, tokenizer, engine, label=None):
+    item = _item()
+    params = SimpleNamespace(max_tokens=None, logprobs=None, temperature=1.0)
+    label = item.label() if label is None else label
+    return await executor.execute(item.prompt, label, params, 4096, tokenizer, engine)
+
+
+@pytest.mark.parametrize(
+    ("case", "kind"),
+    [("engine", "RuntimeError"), ("label", "DataError"), ("sandbox", "SandboxError")],
+)
+async def test_a_rollout_that_raises_is_recorded_and_replaced_by_a_loss_masked_placeholder(tokenizer, case, kind):
+    executor = _contained_executor(failures=10 if case == "sandbox" else 0)
+    good = await _execute_one(_contained_executor(), tokenizer, _Engine(tokenizer))
+    engine = _FailingEngine(tokenizer, fail_on=2) if case == "engine" else _Engine(tokenizer)
+    failed = await _execute_one(executor, tokenizer, engine, label="not json" if case == "label" else None)
+    assert executor.ledger.kinds == {kind: 1}
+    assert "mul-1" in executor.ledger.last.sample or case == "label"
+    assert failed["action_ranges"] == [] and len(failed["observation_tokens"]) >= 2  # no loss falls on it
+    assert failed["reward"] == 0.0 and failed["scores"] == 0.0 and failed["rollout_log_probs"] is None
+    # OpenRLHF merges every sample's extra_logs key by key: the placeholder has the same keys
+    assert set(failed["extra_logs"]) == set(good["extra_logs"])
+    assert failed["extra_logs"]["rollout_failed"] == 1.0 and good["extra_logs"]["rollout_failed"] == 0.0
+    assert set(failed) == set(good)
+
+
+async def test_the_job_stops_when_too_many_recent_rollouts_failed(tokenizer):
+    executor = _contained_executor(failed_rollout_limit=0.5, failed_rollout_window=4)
+    await _execute_one(executor, tokenizer, _Engine(tokenizer))
+    await _execute_one(executor, tokenizer, _FailingEngine(tokenizer, fail_on=1))
+    await _execute_one(executor, tokenizer, _Engine(tokenizer))
+    await _execute_one(executor, tokenizer, _FailingEngine(tokenizer, fail_on=1))  # 2 of 4: at the limit
+    with pytest.raises(RolloutsKeepFailing, match=r"3 of the last 4 rollouts failed.*RuntimeError.*injected fault"):
+        await _execute_one(executor, tokenizer, _FailingEngine(tokenizer, fail_on=1))
+
+
+async def test_settings_of_the_job_are_not_contained(tokenizer):
+    executor = _contained_executor()
+    params = SimpleNamespace(max_tokens=None, logprobs=1, temperature=1.0)
+    with pytest.raises(ValueError, match="is_correction_level off"):
+        await executor.execute("p", _item().label(), params, 4096, tokenizer, _Engine(tokenizer))
+    assert not executor.ledger.kinds
+
+
+@pytest.mark.parametrize(("key", "value"), [("failed_rollout_limit", 1.0), ("failed_rollout_window", 0)])
+def test_failure_limits_out_of_range_are_refused(key, value):
+    with pytest.raises(ValueError, match=key):
+        ExecutorConfig(saar=SaarConfig(enabled=True), **{key: value})

@@ -79,6 +79,9 @@ BASE = "name: t\nmodel: some/model\ndata: {prepared: d.jsonl}\n"
         ("executor: {saar: {enabled: true, gama: 0.4}}", r"r.yaml: executor: unknown keys in 'saar': \['gama'\]"),
         ("executor: {max_turn: 3}", "unknown keys"),
         ("openrlhf: {train.agent_func_path: /nope/agent.py}", "does not exist"),
+        ("openrlhf: {algo.kl.target: 0.01}", "placeholder"),
+        ("gpu: {memory_gib: eighty}", "gpu.memory_gib must be a positive number"),
+        ("gpu: {vram: 80}", r"unknown keys in 'gpu'"),
     ],
 )
 def test_bad_recipes_are_clear_errors(tmp_path, body, message):
@@ -186,3 +189,75 @@ def test_settings_openrlhf_refuses_after_parsing_fail_at_load(tmp_path):
     body = "openrlhf: {algo.advantage.estimator: group_norm, rollout.n_samples_per_prompt: 1}"
     with pytest.raises(RecipeError, match="OpenRLHF refuses the settings: group_norm requires n_samples_per_prompt"):
         load_recipe(_write(tmp_path, BASE + body))
+
+
+GPU_RECIPES = ("qwen3-4b-cleaner", "qwen2.5-7b-cleaner")
+
+
+def _over_4b(tmp_path, openrlhf: str) -> str:
+    p = tmp_path / "wide.yaml"
+    p.write_text(f"base: qwen3-4b-cleaner\nname: wide\nopenrlhf: {{{openrlhf}}}\n")
+    return str(p)
+
+
+@pytest.mark.parametrize("name", GPU_RECIPES)
+def test_check_accepts_the_shipped_gpu_recipes(name, capsys):
+    assert main(["launch", "--recipe", name, "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "log-prob pass" in out and "training step" in out and "DOES NOT FIT" not in out
+
+
+def test_check_refuses_four_long_sequences_per_log_prob_micro_batch_and_names_the_setting(tmp_path, capsys):
+    """4 x 23040 tokens x 151936 entries: bf16 logits and OpenRLHF's float32 copy, past an 80 GB H100."""
+    recipe = _over_4b(tmp_path, "rollout.micro_batch_size: 4")
+    assert main(["launch", "--recipe", recipe, "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "log-prob pass" in err and "set openrlhf.rollout.micro_batch_size to 2 or less" in err
+    plan = load_recipe(recipe).memory_plan()
+    logprob = plan.peaks[0]
+    assert logprob.parts["logits"] == 4 * 23040 * 151936 * (2 + 4)  # ~28 GB bf16 + ~56 GB float32
+    assert main(["launch", "--recipe", recipe, "--check", "--gpu-memory-gib", "141"]) == 0  # an H200's memory
+
+
+def test_a_launch_checks_before_it_submits(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda cmd: calls.append(cmd) or 0)
+    assert main(["launch", "--recipe", _over_4b(tmp_path, "rollout.micro_batch_size: 4")]) == 2
+    assert not calls  # nothing was submitted
+    assert main(["launch", "--recipe", "qwen3-4b-cleaner"]) == 0
+    assert calls and calls[0][:3] == ["ray", "job", "submit"]
+
+
+def test_the_training_step_that_cannot_fit_names_its_setting(tmp_path, capsys):
+    recipe = _over_4b(tmp_path, "train.micro_batch_size: 4, ds.zero_stage: 1")
+    assert main(["launch", "--recipe", recipe, "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "training step" in err and "train.micro_batch_size" in err
+
+
+def test_the_model_shape_gives_the_parameter_count():
+    from trainers.core.memory import ModelShape
+
+    shape = ModelShape.from_config(load_recipe("qwen3-4b-cleaner").gpu["model"], "4b")
+    assert 4.0e9 < shape.parameters < 4.05e9  # Qwen3-4B: 4.02 billion
+    shape = ModelShape.from_config(load_recipe("qwen2.5-7b-cleaner").gpu["model"], "7b")
+    assert 7.6e9 < shape.parameters < 7.65e9  # Qwen2.5-7B: 7.62 billion (untied output layer)
+    with pytest.raises(ValueError, match="lacks.*vocab_size"):
+        ModelShape.from_config({"hidden_size": 8}, "x")
+
+
+def test_outputs_are_absolute_outside_rays_copy_and_one_per_recipe(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the launcher runs
+    paths = {}
+    for name in GPU_RECIPES:
+        f = _flags(load_recipe(name).shell())
+        out, ckpt = f["ckpt.output_dir"][0], f["ckpt.path"][0]
+        assert out == str(tmp_path / "ckpt" / name) and ckpt == str(tmp_path / "ckpt" / name / "checkpoints")
+        paths[name] = (out, ckpt)
+    assert len({p for pair in paths.values() for p in pair}) == 2 * len(GPU_RECIPES)
+    stated = tmp_path / "r.yaml"
+    stated.write_text(BASE + "executor: {saar: {enabled: true}}\nopenrlhf: {ckpt.output_dir: out, ckpt.path: /abs/c}")
+    f = _flags(load_recipe(stated).shell())
+    assert f["ckpt.output_dir"] == [str(tmp_path / "out")] and f["ckpt.path"] == ["/abs/c"]

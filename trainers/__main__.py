@@ -1,7 +1,7 @@
 """``python -m trainers``: launch a recipe, train on CPU, prepare data, benchmark.
 
-* ``launch --recipe <file|name> [--dry-run]``: validate a recipe and print (or run) its
-  OpenRLHF command / Ray job;
+* ``launch --recipe <file|name> [--check] [--dry-run]``: validate a recipe, estimate its GPU memory, and print
+  (or run) its OpenRLHF command / Ray job;
 * ``train-cleaner [--recipe R] [--run NAME] [--resume]``: where CUDA and OpenRLHF are
   present, launch the default GPU recipe; elsewhere run the CPU embedded trainer;
 * ``prepare-data [--source S] [--prompt-template FILE] --out F``: Open-AgentRL-30K (hub id
@@ -26,7 +26,7 @@ from pathlib import Path
 
 from sandboxes.base import SandboxError
 from trainers.core.faults import EngineDied
-from trainers.core.recipes import RecipeError, load_recipe
+from trainers.core.recipes import Recipe, RecipeError, load_recipe
 
 GPU_RECIPE = "qwen3-4b-cleaner"
 CPU_RECIPE = "cpu-smoke"
@@ -51,12 +51,37 @@ def _exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def _check(recipe: Recipe, gpu_gib: float | None, *, required: bool) -> int:
+    """Print the recipe's output paths and GPU memory estimate; 2 when it cannot fit (or, when ``required``,
+    cannot be estimated), else 0."""
+    for flag, path in recipe.outputs().items():
+        print(f"{flag}: {path}")
+    if gpu_gib is None and "memory_gib" not in recipe.gpu and not required:
+        print("no gpu.memory_gib in the recipe: its GPU memory is not checked (launch --check --gpu-memory-gib N)")
+        return 0
+    plan = recipe.memory_plan(gpu_gib)
+    print(plan.report())
+    if problems := plan.problems():
+        print("\n".join(f"error: {line}" for line in problems), file=sys.stderr)
+        return 2
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainers", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("launch", help="turn a recipe into the OpenRLHF command and run it (or print it)")
     p.add_argument("--recipe", required=True)
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="estimate the GPU memory of the log-prob pass and the training step, check the output paths, and "
+        "exit (2 when a setting cannot fit, naming the setting to change); a launch runs the same check first",
+    )
+    p.add_argument(
+        "--gpu-memory-gib", type=float, default=None, help="the GPU's memory for the check (default: gpu.memory_gib)"
+    )
     p = sub.add_parser("train-cleaner", help="GPU recipe where CUDA + OpenRLHF are present, else the CPU trainer")
     p.add_argument("--recipe", default=None)
     p.add_argument(
@@ -129,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                 )
                 return 2
+            if args.check or not args.dry_run:
+                if (status := _check(recipe, args.gpu_memory_gib, required=args.check)) or args.check:
+                    return status
             if args.dry_run:
                 print(recipe.shell())
                 return 0

@@ -20,7 +20,7 @@ from typing import Any, Literal, get_origin, get_type_hints
 from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig, Similarity
 from harness.core.toolenv import ToolEnv, get_tool_env
-from trainers.core.faults import SANDBOX_RETRIES
+from trainers.core.faults import FAILED_ROLLOUT_LIMIT, FAILED_ROLLOUT_WINDOW, SANDBOX_RETRIES
 
 CONFIG_ENV = "CLEANER_AGENT_CONFIG"
 #: what may generate the CPU trainer's rollouts (CpuConfig.engine)
@@ -82,6 +82,10 @@ class ExecutorConfig:
     sandbox_pool: int = 16
     #: reruns of a rollout whose sandbox failed, from its start (trainers.core.faults); then execute() raises
     sandbox_retries: int = SANDBOX_RETRIES
+    #: a failed rollout is trained on as nothing; the job stops when more than this fraction of an executor's
+    #: last ``failed_rollout_window`` rollouts failed (trainers.core.faults.FailureLedger)
+    failed_rollout_limit: float = FAILED_ROLLOUT_LIMIT
+    failed_rollout_window: int = FAILED_ROLLOUT_WINDOW
     #: generated tokens a trajectory may have before the overlong penalty (the launcher copies rollout.max_new_tokens)
     max_new_tokens: int | None = None
     #: DAPO overlong buffer counted over generated tokens only (OpenRLHF 0.11.2's own counts tool output too)
@@ -95,6 +99,10 @@ class ExecutorConfig:
             raise ValueError(f"sandbox_pool must be >= 1, got {self.sandbox_pool!r}")
         if self.sandbox_retries < 0:
             raise ValueError(f"sandbox_retries must be >= 0, got {self.sandbox_retries!r}")
+        if not 0.0 <= self.failed_rollout_limit < 1.0:
+            raise ValueError(f"failed_rollout_limit must be in [0, 1), got {self.failed_rollout_limit!r}")
+        if self.failed_rollout_window < 1:
+            raise ValueError(f"failed_rollout_window must be >= 1, got {self.failed_rollout_window!r}")
         if self.overlong_buffer_len is not None:
             if self.max_new_tokens is None:
                 raise ValueError("overlong_buffer_len needs max_new_tokens (the generated-token budget)")

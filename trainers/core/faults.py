@@ -6,8 +6,9 @@ The rollout core raises :class:`sandboxes.base.SandboxError` when a tool call co
 cannot be scored, because the failure was not its program's. Both trainers (the CPU trainer's
 ``run_one`` and the OpenRLHF executor) run each rollout through :func:`rerun_on_sandbox_failure`:
 the same trajectory seed, a fresh sandbox and a fresh token store, at most ``retries`` more
-times; past that the step errors with the rollout's name, and the run resumes from its last
-checkpoint (``--resume``) with nothing of the steps already logged lost. The CPU trainer records such a
+times. Past that, in the CPU trainer, the step errors with the rollout's name, and the run resumes from its
+last checkpoint (``--resume``) with nothing of the steps already logged lost (the OpenRLHF executor treats the
+rollout as failed instead, below). The CPU trainer records such a
 step in its run directory and samples it with new seeds when ``--resume`` reaches it again; after
 ``cpu.step_fault_runs`` runs of the step it stops with :class:`StepKeepsFailing` (:mod:`trainers.cpu.resume`),
 so a fault that repeats cannot make ``--resume`` loop.
@@ -15,12 +16,21 @@ so a fault that repeats cannot make ``--resume`` loop.
 vLLM's engine dying mid-step (its process killed, out of memory) is not rerun: every rollout of the
 step shares it. :class:`EngineDied` says so and how to continue; the step's rollouts are not scored
 and its metrics line is not written, so ``--resume`` redoes the step from the last checkpoint.
+
+In the OpenRLHF executor any exception of one rollout (a chat template it cannot render, a label it
+cannot read, a sandbox image that is missing, a sandbox still failing after its reruns) is that rollout's:
+:class:`FailureLedger` records it (kind, sample, message), the executor returns a loss-masked placeholder in
+its place and the job goes on. When more than ``limit`` of an executor's last ``window`` rollouts failed, the
+ledger raises :class:`RolloutsKeepFailing`, which stops the job: a fault that hits every rollout (no Docker
+engine, a wrong template for the model) is the job's, not a sample's.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from sandboxes.base import SandboxError
@@ -31,6 +41,9 @@ T = TypeVar("T")
 
 #: reruns of one rollout after its sandbox failed (the trainers' configs default to this)
 SANDBOX_RETRIES = 2
+#: the job stops when more than this fraction of an executor's last FAILED_ROLLOUT_WINDOW rollouts failed
+FAILED_ROLLOUT_LIMIT = 0.25
+FAILED_ROLLOUT_WINDOW = 64
 
 
 class EngineDied(RuntimeError):
@@ -65,3 +78,51 @@ async def rerun_on_sandbox_failure(attempt: Callable[[], Awaitable[T]], *, retri
         f"{what}: the sandbox failed in {retries + 1} attempt(s), last: {failure}; the rollout is not scored "
         "(the step errors; --resume continues the run from its last checkpoint, this step with new seeds)"
     ) from failure
+
+
+@dataclass(frozen=True)
+class RolloutFailure:
+    """One rollout's exception: its class name, the sample (the item's id, else the prompt's start) and message."""
+
+    kind: str
+    sample: str
+    message: str
+
+
+class RolloutsKeepFailing(RuntimeError):
+    """Too many of an executor's recent rollouts failed: the fault is the job's, so the job stops."""
+
+
+class FailureLedger:
+    """An executor's record of failed rollouts; :meth:`failed` raises :class:`RolloutsKeepFailing` past the limit.
+
+    The rule: once ``window`` rollouts have finished, the job stops when more than ``limit`` (a fraction) of
+    the last ``window`` failed.
+    """
+
+    def __init__(self, limit: float = FAILED_ROLLOUT_LIMIT, window: int = FAILED_ROLLOUT_WINDOW) -> None:
+        self.limit, self.window = limit, window
+        self._recent: deque[bool] = deque(maxlen=window)
+        self.kinds: Counter[str] = Counter()
+        self.last: RolloutFailure | None = None
+
+    def ok(self) -> None:
+        self._recent.append(False)
+
+    def failed(self, failure: RolloutFailure) -> None:
+        self._recent.append(True)
+        self.kinds[failure.kind] += 1
+        self.last = failure
+        logger.warning(
+            "rollout of %s failed (%s: %s); it is not trained on, the job goes on",
+            failure.sample,
+            failure.kind,
+            failure.message,
+        )
+        failed = sum(self._recent)
+        if len(self._recent) == self.window and failed > self.limit * self.window:
+            raise RolloutsKeepFailing(
+                f"{failed} of the last {self.window} rollouts failed (the limit is {self.limit:.0%}; failures by "
+                f"kind so far: {dict(self.kinds)}); last: {failure.sample}: {failure.kind}: {failure.message}. "
+                "A fault that hits most rollouts is the job's: fix it and resume from the last checkpoint"
+            )

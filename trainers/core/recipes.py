@@ -8,15 +8,21 @@ A recipe has these top-level keys (all but ``name`` optional)::
     executor: {saar: {enabled: true, prob: 1.0, gamma: 0.5, max_retries: 3}, max_turns: 16, ...}
     openrlhf: {algo.advantage.estimator: group_norm, actor.adam.lr: 2.0e-6, ...}   # dotted flags
     ray:     {address: http://127.0.0.1:8265, working_dir: ., env_vars: {DOCKER_HOST: ...}}
+    gpu:     {memory_gib: 80, reserve_gib: 4, model: {vocab_size: ..., ...}}   # launch --check (trainers.core.memory)
     cpu:     {steps: 4, ...}            # the CPU embedded trainer (trainers.cpu.trainer)
+
+Outputs: Ray's workers run in Ray's own copy of the working directory, which Ray deletes, so
+``ckpt.output_dir`` and ``ckpt.path`` reach OpenRLHF as absolute paths: a relative one is resolved
+against the directory the launcher runs in; ``ckpt.output_dir`` defaults to ``ckpt/<recipe name>`` and
+``ckpt.path`` to ``<ckpt.output_dir>/checkpoints`` (OpenRLHF's own defaults are one path for every run).
 
 A Ray job's runtime environment installs the project on every worker: the working
 directory (the code, without environments, runs and checkpoints: :data:`EXCLUDES`) and
 ``pip`` with the project's own dependencies from ``pyproject.toml`` (Ray installs them
 into a virtualenv on top of each node's Python, which already has OpenRLHF, vLLM and
 torch). ``rollout.max_new_tokens`` is copied into the executor's configuration, whose
-overlong penalty counts generated tokens only; OpenRLHF's own
-``reward.overlong_buffer_len`` is refused (it counts tool output, its issue #1243).
+overlong penalty counts what the tool environment's budget counts; OpenRLHF's own
+``reward.overlong_buffer_len`` is refused (it counts tool output whatever the environment, its issue #1243).
 
 Every ``openrlhf`` key is checked against OpenRLHF's real argument parser, built from
 ``openrlhf/cli/train_ppo_ray.py`` of the installed package (its source is read, not
@@ -43,11 +49,13 @@ from typing import Any
 
 import yaml
 
+from trainers.core import memory
 from trainers.core.config import CONFIG_ENV, ExecutorConfig
 
 RECIPES = Path(__file__).parents[1] / "recipes"
 EXECUTOR_PATH = Path(__file__).parents[1] / "openrlhf_plugin" / "executor.py"
-TOP_KEYS = {"name", "description", "model", "data", "executor", "openrlhf", "ray", "cpu"}
+TOP_KEYS = {"name", "description", "model", "data", "executor", "openrlhf", "ray", "gpu", "cpu"}
+GPU_KEYS = {"memory_gib", "reserve_gib", "model"}
 DATA_KEYS = {"source", "prepared", "limit"}
 RAY_KEYS = {"address", "working_dir", "submit", "pip", "excludes", "env_vars"}
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -177,6 +185,7 @@ class Recipe:
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
     openrlhf: dict[str, Any] = field(default_factory=dict)
     ray: dict[str, Any] = field(default_factory=dict)
+    gpu: dict[str, Any] = field(default_factory=dict)
     cpu: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -201,13 +210,21 @@ class Recipe:
             flags.setdefault("data.prompt_dataset", str(self.data["prepared"]))
         flags.setdefault("data.input_key", "prompt")
         flags.setdefault("data.label_key", "label")
+        flags.update(self.outputs())
         for required in ("actor.model_name_or_path", "data.prompt_dataset"):
             if not flags.get(required):
                 raise RecipeError(f"{where}: no {required} (set 'model' / data.prepared or openrlhf.{required})")
         if flags.get("reward.overlong_buffer_len") is not None:
             raise RecipeError(
                 f"{where}: openrlhf.reward.overlong_buffer_len counts tool output as response length in OpenRLHF "
-                "0.11.2 (its issue #1243); set executor.overlong_buffer_len instead, which counts generated tokens"
+                "0.11.2 (its issue #1243); set executor.overlong_buffer_len instead, which counts what the tool "
+                "environment's budget counts"
+            )
+        if flags.get("algo.kl.target") is not None:
+            raise RecipeError(
+                f"{where}: openrlhf.algo.kl.target (an adaptive KL coefficient) reads every sample's mean KL, which "
+                "is 0/0 for a failed rollout's placeholder (it has no action tokens, docs/training.md): leave it "
+                "unset and give algo.kl.init_coef"
             )
         level = flags.get("algo.advantage.is_correction_level", "off")
         if level != "off":
@@ -221,6 +238,34 @@ class Recipe:
                 "chat itself, with the same template rendering as evaluation"
             )
         return ["-m", "openrlhf.cli.train_ppo_ray", *flag_args(flags, where)]
+
+    def outputs(self) -> dict[str, str]:
+        """``ckpt.output_dir`` (default ``ckpt/<name>``) and ``ckpt.path`` (default ``<ckpt.output_dir>/checkpoints``)
+        as absolute paths."""
+        out_dir = self.openrlhf.get("ckpt.output_dir") or Path("ckpt") / self.name
+        out = {"ckpt.output_dir": str(Path(str(out_dir)).expanduser().resolve())}
+        ckpt = self.openrlhf.get("ckpt.path") or Path(out["ckpt.output_dir"]) / "checkpoints"
+        out["ckpt.path"] = str(Path(str(ckpt)).expanduser().resolve())
+        return out
+
+    def memory_plan(self, gpu_gib: float | None = None) -> memory.MemoryPlan:
+        """The GPU memory estimate of this recipe (:mod:`trainers.core.memory`) on its ``gpu`` or on ``gpu_gib``."""
+        where = f"{self.path}: gpu"
+        gpu_gib = gpu_gib if gpu_gib is not None else self.gpu.get("memory_gib")
+        if gpu_gib is None:
+            raise RecipeError(f"{where}.memory_gib is not set: state the GPU's memory (or pass --gpu-memory-gib)")
+        config = self.gpu.get("model") or memory.local_model_config(self.model or "")
+        if config is None:
+            raise RecipeError(
+                f"{where}.model is not set and {self.model}'s config.json is not on this machine: copy vocab_size, "
+                "hidden_size, num_hidden_layers, intermediate_size, num_attention_heads, num_key_value_heads, "
+                "head_dim and tie_word_embeddings from it into gpu.model"
+            )
+        try:
+            shape = memory.ModelShape.from_config(config, f"{where}.model")
+        except ValueError as exc:
+            raise RecipeError(str(exc)) from exc
+        return memory.plan(self.openrlhf, shape, float(gpu_gib), float(self.gpu.get("reserve_gib", memory.RESERVE_GIB)))
 
     def command(self) -> list[str]:
         """The full command: a Ray job submission when ``ray.submit`` (default), else a local run."""
@@ -334,8 +379,15 @@ def load_recipe(path: str | Path, *, check_files: bool = True) -> Recipe:
         executor=executor,
         openrlhf=_section(data, "openrlhf", where),
         ray=_section(data, "ray", where, RAY_KEYS),
+        gpu=_section(data, "gpu", where, GPU_KEYS),
         cpu=_section(data, "cpu", where),
     )
+    for key in ("memory_gib", "reserve_gib"):
+        value = recipe.gpu.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+            raise RecipeError(f"{where}: gpu.{key} must be a positive number of GiB, got {value!r}")
+    if "model" in recipe.gpu and not isinstance(recipe.gpu["model"], dict):
+        raise RecipeError(f"{where}: gpu.model must be a mapping of the model's config.json numbers")
     for key, kind in (("pip", list), ("excludes", list), ("env_vars", dict)):
         if key in recipe.ray and not isinstance(recipe.ray[key], kind):
             raise RecipeError(f"{where}: ray.{key} must be a {kind.__name__}")

@@ -21,8 +21,20 @@ with the shared scoring, and returns the dict OpenRLHF turns into an experience:
   default; the launcher refuses anything else, and so does this executor);
 * ``reward`` (+1/-1, or the code fraction, plus the overlong penalty when configured),
   ``scores`` in [0, 1] for dynamic filtering;
-* ``extra_logs``: SAAR events by kind, tool calls and failures, turns, tokens, and the
-  token path's own counts (:func:`token_logs`).
+* ``extra_logs``: SAAR events by kind, tool calls and failures, turns, tokens, the
+  token path's own counts (:func:`token_logs`) and ``rollout_failed`` (0 or 1).
+
+A rollout that raises (a template the tokenizer cannot render, a label that cannot be read, a
+sandbox image that is missing, a sandbox still failing after its reruns) is that rollout's failure:
+:meth:`AgentExecutor.execute` records it (kind, sample, message; logged as a warning) and returns
+a placeholder in its place, because OpenRLHF needs ``n_samples_per_prompt`` results per prompt
+(its group normalisation reshapes the rewards by group) and the same ``extra_logs`` keys in
+every sample. The placeholder is the prompt's tokens with no action range, so no loss falls on
+it; its reward and score are 0 and ``rollout_failed`` is 1, so the step's mean of
+``rollout_failed`` is the fraction of rollouts that failed. When more than
+``failed_rollout_limit`` of an executor's last ``failed_rollout_window`` rollouts failed, the
+job stops (:class:`trainers.core.faults.RolloutsKeepFailing`). Settings of the job (rollout
+log-probs requested) are not a rollout's failure: they raise at once.
 
 Lengths: each generation may use at most ``sampling_params.max_tokens`` (OpenRLHF's
 ``--rollout.max_new_tokens``) and never more than what is left of ``max_length``
@@ -63,7 +75,7 @@ from sandboxes.base import ExecResult, Sandbox
 from trainers.core._compat import get_backend, get_render
 from trainers.core.config import ExecutorConfig
 from trainers.core.data import TrainItem
-from trainers.core.faults import rerun_on_sandbox_failure
+from trainers.core.faults import FailureLedger, RolloutFailure, rerun_on_sandbox_failure
 from trainers.core.reward import Outcome, compute_reward, overlong_penalty
 from trainers.core.tokens import SampledStore, TokenTrajectory, assemble
 
@@ -88,6 +100,23 @@ def token_logs(final: TokenTrajectory, penalty: float) -> dict[str, float]:
         "template_mismatch_turns": float(final.matches_template.count(False)),
         "overlong_penalty": penalty,
     }
+
+
+def _check_sampling(sampling_params: Any) -> None:
+    """Refuse sampling settings of the job the executor cannot serve."""
+    if getattr(sampling_params, "logprobs", None) is not None:
+        raise ValueError(
+            "the CLEANER executor returns no rollout log-probs (SAAR replaces spans sampled under another "
+            "context); run with --algo.advantage.is_correction_level off"
+        )
+
+
+def _sample_name(prompt: str, label: Any) -> str:
+    """A failed rollout's sample: its item's id when the label names one, else the prompt's start."""
+    try:
+        return repr(TrainItem.from_label(label).id)
+    except Exception:  # noqa: BLE001 - the label may be what failed
+        return repr(str(prompt)[:60])
 
 
 class _LeasedSandbox(Sandbox):
@@ -118,6 +147,7 @@ class AgentExecutor(AgentExecutorBase):
         self._render = render
         self._backend = backend
         self._slots: asyncio.Semaphore | None = None
+        self.ledger = FailureLedger(self.config.failed_rollout_limit, self.config.failed_rollout_window)
 
     def _get_render(self) -> Any:
         if self._render is None:
@@ -133,20 +163,45 @@ class AgentExecutor(AgentExecutorBase):
         return _LeasedSandbox(self._backend, self._slots)
 
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
-        result, _ = await self.run(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
+        """:meth:`run`'s result; a rollout that raises gives :meth:`failed_result` and is recorded in ``ledger``
+        (which stops the job when too many failed)."""
+        _check_sampling(sampling_params)  # the job's settings: not contained
+        try:
+            result, _ = await self.run(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
+        except Exception as exc:  # noqa: BLE001 - any fault of one rollout is that rollout's (module docstring)
+            self.ledger.failed(RolloutFailure(type(exc).__name__, _sample_name(prompt, label), str(exc)))
+            return self.failed_result(prompt, label, images, max_length, hf_tokenizer)
+        self.ledger.ok()
         return result
+
+    def failed_result(self, prompt: str, label: Any, images: Any, max_length: int, tokenizer: Any) -> dict[str, Any]:
+        """The placeholder of a failed rollout: the prompt's tokens, no action range (no loss), reward 0,
+        and every ``extra_logs`` key a finished rollout has (0, but ``rollout_failed``: 1)."""
+        ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])[: max_length - 1]
+        ids += [tokenizer.eos_token_id] * max(0, 2 - len(ids))  # OpenRLHF's action mask drops the first position
+        empty = Trajectory([], False, [], "running", 0, 0, 0, 0, {}, 0, 0)
+        logs = {**extra_logs(empty, Outcome(0.0, 0.0, False)), **token_logs(TokenTrajectory(ids, [], []), 0.0)}
+        return {
+            "prompt": prompt,
+            "label": label,
+            "images": images,
+            "mm_train_inputs": None,
+            "observation_tokens": ids,
+            "action_ranges": [],
+            "rollout_log_probs": None,
+            "truncated": False,
+            "reward": 0.0,
+            "scores": 0.0,
+            "extra_logs": {**logs, "sandbox_reruns": 0.0, "rollout_failed": 1.0},
+        }
 
     async def run(
         self, prompt: str, label: Any, sampling_params: Any, max_length: int, tokenizer: Any, engine: Any, images=None
     ) -> tuple[dict[str, Any], Trajectory]:
         """:meth:`execute`, also returning the message-level trajectory (for tests and logs)."""
+        _check_sampling(sampling_params)
         if images:
             raise ValueError("the CLEANER executor handles text prompts only; this sample has images")
-        if getattr(sampling_params, "logprobs", None) is not None:
-            raise ValueError(
-                "the CLEANER executor returns no rollout log-probs (SAAR replaces spans sampled under another "
-                "context); run with --algo.advantage.is_correction_level off"
-            )
         if not label:
             raise ValueError(
                 "the CLEANER executor needs a label per prompt: pass --data.label_key label "
@@ -215,7 +270,12 @@ class AgentExecutor(AgentExecutorBase):
             "truncated": traj.stop_reason == "length",
             "reward": outcome.reward + penalty,
             "scores": outcome.score,
-            "extra_logs": {**extra_logs(traj, outcome), **token_logs(final, penalty), "sandbox_reruns": float(reruns)},
+            "extra_logs": {
+                **extra_logs(traj, outcome),
+                **token_logs(final, penalty),
+                "sandbox_reruns": float(reruns),
+                "rollout_failed": 0.0,
+            },
         }
         return result, traj
 
