@@ -35,7 +35,7 @@ INPUTS = {
     "harness": PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["serve"],
     "engine-sglang": _in_file("engine-sglang"),
     "engine-vllm": _in_file("engine-vllm"),
-    "trainer": PYPROJECT["dependencies"] + _in_file("trainer"),
+    "trainer": PYPROJECT["dependencies"] + PYPROJECT["optional-dependencies"]["serve"] + _in_file("trainer"),
 }
 
 

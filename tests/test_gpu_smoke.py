@@ -50,8 +50,8 @@ def test_each_stage_runs_in_its_roles_environment(smoke):
     assert engine.argv[0] == str(gpu_envs.ENGINE_SGLANG.python()) and engine.argv[1:3] == ["-m", "sglang.launch_server"]
     assert engine.argv[engine.argv.index("--host") + 1] == "127.0.0.1"  # loopback only
     assert engine.argv[engine.argv.index("--tool-call-parser") + 1] == "qwen25"
-    assert off.argv[0] == sys.executable == on.argv[0]  # the harness's environment runs the smoke itself
-    assert train.argv[0] == resume.argv[0] == str(gpu_envs.TRAINER.python())
+    trainer = str(gpu_envs.TRAINER.python())  # it holds Inspect's client too: evaluations run there
+    assert off.argv[0] == on.argv[0] == train.argv[0] == resume.argv[0] == trainer
 
 
 def test_training_is_two_steps_saved_then_resumed_in_the_4b_recipes_environment(smoke):
@@ -194,3 +194,16 @@ def test_the_time_limit_kills_a_stage_and_skips_the_rest(tmp_path):
     assert gpu_smoke.run(smoke, timeout=1.5, report=lines.append) == 1
     assert lines[0].startswith("FAIL train") and "timed out after" in lines[0]
     assert lines[1].startswith("SKIP resume") and "no time left" in lines[1]
+
+
+def test_the_training_commands_are_checked_in_the_trainers_environment_when_openrlhf_is_not_here(
+    smoke, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(gpu_smoke, "_openrlhf_here", lambda: False)  # as in the harness's environment
+    train = smoke.stages[-2]
+    args, config = train.argv[3:], train.env["CLEANER_AGENT_CONFIG"]
+    # one run there (it loads OpenRLHF and the executor): OpenRLHF's own assertion comes back from that environment
+    with pytest.raises(ValueError, match=r"trainer's environment .*n_samples_per_prompt > 1"):
+        gpu_smoke.check_training([*args, "--rollout.n_samples_per_prompt", "1"], config, "r.yaml", Path(sys.executable))
+    absent = gpu_smoke.check_training(args, config, "r.yaml", trainer=tmp_path / "python")
+    assert absent.startswith("not checked: no OpenRLHF here") and "tox -e gpu-trainer" in absent

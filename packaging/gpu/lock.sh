@@ -26,7 +26,7 @@ roles=(
   "engine-vllm|packaging/gpu/engine-vllm.in|x86_64-manylinux_2_28|"
   # flash-attn is a source distribution that builds against the installed torch: installed after the lock,
   # with --no-build-isolation (docs/training.md)
-  "trainer|pyproject.toml packaging/gpu/trainer.in|x86_64-manylinux_2_28|--no-emit-package flash-attn"
+  "trainer|pyproject.toml --extra serve packaging/gpu/trainer.in|x86_64-manylinux_2_28|--no-emit-package flash-attn"
 )
 failed=0
 for entry in "${roles[@]}"; do

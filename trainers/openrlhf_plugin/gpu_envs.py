@@ -2,9 +2,10 @@
 
 SGLang pins ``openai`` 2.x while Inspect's ``sglang/`` and ``vllm/`` providers refuse ``openai`` < 3.4.0;
 OpenRLHF 0.11.2 pins ``transformers`` and ``vllm`` (hence ``torch``) to other releases than SGLang does. So
-the engine servers, the harness and the trainer live in separate virtualenvs, each installed from its lock
-in ``packaging/gpu/`` (``bash packaging/gpu/lock.sh`` writes them), and the harness talks to a server over
-loopback. Each role has a tox environment that builds it.
+each engine server has its own virtualenv, and the harness talks to it over loopback: from the harness's
+(evaluation only, no torch) or from the trainer's, which holds the harness's client too (OpenRLHF's vLLM
+allows Inspect's openai). Each is installed from its lock in ``packaging/gpu/`` (``bash packaging/gpu/lock.sh``
+writes them) by a tox environment.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class GpuEnv:
         return f"tox -e {self.tox_env}  (by hand: {' && '.join(steps)})"
 
 
-HARNESS = GpuEnv("harness", "gpu-smoke", ("inspect_ai", "openai", "transformers", "harness"), project=True)
+HARNESS = GpuEnv("harness", "gpu-harness", ("inspect_ai", "openai", "transformers", "harness"), project=True)
 ENGINE_SGLANG = GpuEnv("engine-sglang", "gpu-sglang", ("sglang", "torch"), project=False)
 ENGINE_VLLM = GpuEnv("engine-vllm", "gpu-vllm", ("vllm", "torch"), project=False)
 TRAINER = GpuEnv(

@@ -1,8 +1,9 @@
 """``python -m trainers.openrlhf_plugin.gpu_smoke`` (``tox -e gpu-smoke``): a first run on one GPU before a long job.
 
-It runs in the harness's environment and uses two others, each built from its lock in ``packaging/gpu/``
-(:mod:`trainers.openrlhf_plugin.gpu_envs`): the SGLang server's and the trainer's. Stages, each a real
-command with its output in a log file and one summary line (PASS, FAIL or SKIP, seconds, what to look at):
+It uses two environments, each built from its lock in ``packaging/gpu/`` (:mod:`trainers.openrlhf_plugin.gpu_envs`):
+the SGLang server's, and the trainer's, which also holds the harness's Inspect client (``tox -e gpu-smoke`` runs
+in it). Stages, each a real command with its output in a log file and one summary line (PASS, FAIL or SKIP,
+seconds, what to look at):
 
 0. ``preflight``: every environment matches its lock and imports what it must (flash-attn in the trainer's),
    a CUDA device, a Docker engine with the sandbox image; each miss is named with the command that fixes it;
@@ -47,7 +48,7 @@ from typing import Literal
 from harness.core.environ import temporary_environ
 from trainers.core.config import CONFIG_ENV
 from trainers.core.recipes import EXECUTOR_PATH, PROJECT_ROOT, Recipe, load_recipe, openrlhf_checks
-from trainers.openrlhf_plugin.gpu_envs import ENGINE_SGLANG, HARNESS, TRAINER, GpuEnv, check_env
+from trainers.openrlhf_plugin.gpu_envs import ENGINE_SGLANG, TRAINER, GpuEnv, check_env
 
 RECIPE = "qwen-gpu-smoke"
 DEFAULT_MODEL = "Qwen/Qwen3-4B-Instruct-2507"
@@ -100,11 +101,13 @@ def engine_argv(model: str, port: int, python: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def eval_argv(model: str, log_dir: Path, saar: bool, *, port: int, limit: int, data: str | None) -> list[str]:
+def eval_argv(
+    model: str, log_dir: Path, saar: bool, *, python: Path, port: int, limit: int, data: str | None
+) -> list[str]:
     """``inspect eval`` of ``limit`` AIME 2024 problems against the running server, SAAR on or off, short turns,
     in the 4B recipe's tool environment and sandbox."""
     argv = [
-        sys.executable, "-m", "inspect_ai", "eval", str(TASK_FILE),
+        str(python), "-m", "inspect_ai", "eval", str(TASK_FILE),
         "--model", f"sglang/{model}",
         "-M", f"base_url={base_url(port)}",
         "--limit", str(limit),
@@ -156,12 +159,12 @@ def plan(
     resumed = replace(recipe, openrlhf={**flags, "ckpt.load_enable": True, "train.num_episodes": 2})
     engine = engine_argv(model, port, ENGINE_SGLANG.python(envs_root))
     stages = [Stage("engine", engine, run_dir / "engine.log", "engine")]
+    trainer = TRAINER.python(envs_root)
     for saar in (False, True):
         name = f"eval-saar-{'on' if saar else 'off'}"
         eval_dir = run_dir / name
-        argv = eval_argv(model, eval_dir, saar, port=port, limit=limit, data=data)
+        argv = eval_argv(model, eval_dir, saar, python=trainer, port=port, limit=limit, data=data)
         stages.append(Stage(name, argv, run_dir / f"{name}.log", "eval", eval_dir=eval_dir))
-    trainer = TRAINER.python(envs_root)
     stages.append(_train_stage("train", recipe, run_dir, trainer, steps))
     stages.append(_train_stage("resume", resumed, run_dir, trainer, 2 * steps))
     return SmokePlan(model, run_dir, port, recipe, stages)
@@ -260,17 +263,17 @@ def docker_sandbox() -> str | None:
 
 
 def preflight(
-    envs: tuple[GpuEnv, ...] = (HARNESS, ENGINE_SGLANG, TRAINER),
+    envs: tuple[GpuEnv, ...] = (ENGINE_SGLANG, TRAINER),
     pythons: dict[str, Path] | None = None,
     *,
     extra: tuple[Callable[[], str | None], ...] = (docker_sandbox,),
 ) -> list[str]:
     """Everything the GPU stages need and this machine lacks, one line each with the command that fixes it.
 
-    ``pythons`` maps a role to the interpreter of its environment (default: its tox environment; the harness's is
-    this process's). A CUDA device is looked for with the trainer's torch once that environment is sound.
+    ``pythons`` maps a role to the interpreter of its environment (default: its tox environment). A CUDA device
+    is looked for with the trainer's torch once that environment is sound.
     """
-    pythons = {HARNESS.role: Path(sys.executable), **(pythons or {})}
+    pythons = pythons or {}
     problems = []
     for env in envs:
         found = check_env(env, pythons.get(env.role))
@@ -294,11 +297,43 @@ def validate(smoke: SmokePlan) -> list[str]:
             lines.append(f"{stage.name}: Inspect CLI options, task arguments and model ({api}) check out")
         else:
             args = stage.argv[3:]  # after the interpreter and -m openrlhf.cli.train_ppo_ray
-            warnings = openrlhf_checks(args, str(smoke.recipe.path))
-            check_executor_loads(stage.env[CONFIG_ENV])
-            note = f" (OpenRLHF notes: {'; '.join(warnings)})" if warnings else ""
-            lines.append(f"{stage.name}: OpenRLHF's parser and checks accept the flags; the executor loads{note}")
+            lines.append(f"{stage.name}: {check_training(args, stage.env[CONFIG_ENV], str(smoke.recipe.path))}")
     return lines
+
+
+def training_checks(args: list[str], config_json: str, where: str) -> str:
+    """OpenRLHF's parser and post-parse checks on ``args``, and the executor loaded as OpenRLHF loads it."""
+    warnings = openrlhf_checks(args, where)
+    check_executor_loads(config_json)
+    note = f" (OpenRLHF notes: {'; '.join(warnings)})" if warnings else ""
+    return f"OpenRLHF's parser and checks accept the flags; the executor loads{note}"
+
+
+def _openrlhf_here() -> bool:
+    """OpenRLHF can be imported here (the harness's environment has its source only: no torch)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("openrlhf", "torch"))
+
+
+def check_training(args: list[str], config_json: str, where: str, trainer: Path | None = None) -> str:
+    """:func:`training_checks` where OpenRLHF imports: in this process, else in the trainer's environment (the
+    harness's has OpenRLHF's source but no torch), else a line saying that nothing was checked."""
+    if _openrlhf_here():
+        return training_checks(args, config_json, where)
+    trainer = trainer or TRAINER.python()
+    if not trainer.exists():
+        return f"not checked: no OpenRLHF here and no trainer environment at {trainer} ({TRAINER.install_hint()})"
+    code = (
+        "import json, sys; from trainers.openrlhf_plugin.gpu_smoke import training_checks as c; "
+        "print(c(*json.load(sys.stdin)))"
+    )
+    proc = subprocess.run(
+        [str(trainer), "-c", code], input=json.dumps([args, config_json, where]), capture_output=True, text=True,
+        cwd=PROJECT_ROOT, timeout=300,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]  # the exception's line
+        raise ValueError(f"in the trainer's environment ({trainer}): {last}")
+    return proc.stdout.strip().splitlines()[-1] + " (in the trainer's environment)"
 
 
 # --- the run ---------------------------------------------------------------------------------------------
