@@ -35,7 +35,7 @@ def test_dry_run_validates_every_command_and_runs_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     for name in ("engine", "eval-saar-off", "eval-saar-on", "train", "resume"):
         assert f"ok  {name}:" in out
-    assert "sglang/Qwen/Qwen3-4B-Instruct-2507 -M base_url=http://127.0.0.1:" in out
+    assert "sglang/Qwen/Qwen3-4B-Instruct-2507 --model-base-url http://127.0.0.1:" in out
     assert "-T saar=true" in out and "-T saar=false" in out and "-T tool_env=reference -T sandbox=docker" in out
     assert "--rollout.max_new_tokens 1024" in out and f"--train.agent_func_path {gpu_smoke.EXECUTOR_PATH}" in out
     assert "preflight here" in out and "tox -e gpu-sglang" in out  # no GPU environments on this machine
@@ -104,6 +104,10 @@ def test_an_option_inspect_does_not_have_is_caught(smoke):
 
 def test_model_resolves_to_inspects_sglang_provider_at_the_servers_address(smoke):
     assert gpu_smoke.check_model_resolution(smoke.stages[1].argv) == "SGLangAPI"
+    # the address as an -M argument collides with the CLI's own base_url (TypeError from Inspect's resolve_models)
+    argv = [*smoke.stages[1].argv, "-M", "base_url=http://127.0.0.1:9/v1"]
+    with pytest.raises(TypeError, match="base_url"):
+        gpu_smoke.check_model_resolution(argv)
     with pytest.raises(ValueError, match="not Inspect's SGLang provider"):
         gpu_smoke.check_model_resolution(["--model", "mockllm/model"])
 

@@ -109,7 +109,7 @@ def eval_argv(
     argv = [
         str(python), "-m", "inspect_ai", "eval", str(TASK_FILE),
         "--model", f"sglang/{model}",
-        "-M", f"base_url={base_url(port)}",
+        "--model-base-url", base_url(port),
         "--limit", str(limit),
         "--max-tokens", "2048",
         "--log-dir", str(log_dir),
@@ -208,17 +208,19 @@ def check_task_args(argv: list[str]) -> None:
 
 
 def check_model_resolution(argv: list[str]) -> str:
-    """Inspect resolves the command's ``--model`` and ``-M`` arguments (the server's address) to its SGLang
-    provider, which then connects lazily: nothing is sent and no server starts. Returns the provider's class name."""
-    from inspect_ai.model import get_model
+    """Inspect resolves the command's ``--model``, ``--model-base-url`` and ``-M`` arguments as its CLI does
+    (``resolve_models``) to its SGLang provider, which then connects lazily: nothing is sent and no server
+    starts. Returns the provider's class name."""
+    from inspect_ai.model._model import resolve_models
 
     model = argv[argv.index("--model") + 1]
-    resolved = get_model(model, memoize=False, **_options_of(argv, "-M"))
+    url = argv[argv.index("--model-base-url") + 1] if "--model-base-url" in argv else None
+    (resolved,) = resolve_models(model, url, _options_of(argv, "-M"))
     api = type(resolved.api).__name__
     if api != "SGLangAPI":
         raise ValueError(f"{model} resolved to {api}, not Inspect's SGLang provider")
     if getattr(resolved.api, "server_process", None) is not None:
-        raise ValueError(f"{model}: Inspect started its own SGLang server instead of using the one at -M base_url")
+        raise ValueError(f"{model}: Inspect started its own SGLang server instead of using the one at {url}")
     return api
 
 
