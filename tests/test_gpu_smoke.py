@@ -206,8 +206,8 @@ def test_the_training_commands_are_checked_in_the_trainers_environment_when_open
     monkeypatch.setattr(gpu_smoke, "_openrlhf_here", lambda: False)  # as in the harness's environment
     train = smoke.stages[-2]
     args, config = train.argv[3:], train.env["CLEANER_AGENT_CONFIG"]
-    # one run there (it loads OpenRLHF and the executor): OpenRLHF's own assertion comes back from that environment
-    with pytest.raises(ValueError, match=r"trainer's environment .*n_samples_per_prompt > 1"):
-        gpu_smoke.check_training([*args, "--rollout.n_samples_per_prompt", "1"], config, "r.yaml", Path(sys.executable))
+    # one run there, refused by OpenRLHF's parser before its checks import torch: the refusal comes back from there
+    with pytest.raises(ValueError, match=r"trainer's environment .*unrecognized arguments: --rollout.no_such_flag"):
+        gpu_smoke.check_training([*args, "--rollout.no_such_flag", "1"], config, "r.yaml", Path(sys.executable))
     absent = gpu_smoke.check_training(args, config, "r.yaml", trainer=tmp_path / "python")
     assert absent.startswith("not checked: no OpenRLHF here") and "tox -e gpu-trainer" in absent
