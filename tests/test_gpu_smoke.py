@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,14 @@ def test_the_first_step_trains_at_the_recipes_learning_rate(smoke):
 def test_a_task_argument_the_task_does_not_take_is_caught(smoke):
     argv = [*smoke.stages[1].argv, "-T", "saar_probability=0.5"]
     with pytest.raises(ValueError, match="saar_probability"):
+        gpu_smoke.check_task_args(argv)
+
+
+def test_a_task_path_inspects_cli_cannot_load_is_caught(smoke):
+    argv = list(smoke.stages[1].argv)
+    assert argv[argv.index("eval") + 1] == "tasks/aime24.py"  # run from the project's directory
+    argv[argv.index("eval") + 1] = str(gpu_smoke.TASK_FILE)  # absolute: Inspect's loader globs it and fails
+    with pytest.raises(ValueError, match="Inspect's CLI cannot load it"):
         gpu_smoke.check_task_args(argv)
 
 
@@ -211,3 +220,32 @@ def test_the_training_commands_are_checked_in_the_trainers_environment_when_open
         gpu_smoke.check_training([*args, "--rollout.no_such_flag", "1"], config, "r.yaml", Path(sys.executable))
     absent = gpu_smoke.check_training(args, config, "r.yaml", trainer=tmp_path / "python")
     assert absent.startswith("not checked: no OpenRLHF here") and "tox -e gpu-trainer" in absent
+
+
+@pytest.mark.slow  # two Inspect evaluations
+def test_the_run_serves_evaluates_at_the_servers_address_and_stops_the_server(tmp_path):
+    """The smoke's engine and eval stages end to end on CPU, with the project's stand-in engine (a scripted
+    OpenAI-compatible server, not a model) in SGLang's place: the engine stage waits for /health, the evaluations
+    reach it through Inspect's sglang/ provider at --model-base-url, and the server is stopped at the end."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    engine = _stage(tmp_path, "engine", "", "engine")
+    engine = replace(engine, argv=[sys.executable, "-m", "harness.engines.standin", "--port", str(port)])
+    stages = [engine]
+    for saar in (False, True):
+        name = f"eval-saar-{'on' if saar else 'off'}"
+        argv = gpu_smoke.eval_argv(
+            "cleaner-standin", tmp_path / name, saar, python=Path(sys.executable), port=port, limit=2, data="fixture"
+        )
+        argv += ["-T", "tool_env=project", "-T", "sandbox=local"]  # no tokenizer for the stand-in, no docker here
+        stages.append(gpu_smoke.Stage(name, argv, tmp_path / f"{name}.log", "eval", eval_dir=tmp_path / name))
+    lines = []
+    assert gpu_smoke.run(gpu_smoke.SmokePlan("m", tmp_path, port, None, stages), 300, lines.append) == 0, lines
+    assert lines[0].startswith("PASS engine") and f"answers on http://127.0.0.1:{port}/v1" in lines[0]
+    assert lines[1].startswith("PASS eval-saar-off") and "success" in lines[1]
+    assert lines[2].startswith("PASS eval-saar-on") and lines[3].startswith("3/3 stages passed")
+    with pytest.raises(OSError):  # stopped
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -107,7 +107,7 @@ def eval_argv(
     """``inspect eval`` of ``limit`` AIME 2024 problems against the running server, SAAR on or off, short turns,
     in the 4B recipe's tool environment and sandbox."""
     argv = [
-        str(python), "-m", "inspect_ai", "eval", str(TASK_FILE),
+        str(python), "-m", "inspect_ai", "eval", TASK_FILE.relative_to(PROJECT_ROOT).as_posix(),
         "--model", f"sglang/{model}",
         "--model-base-url", base_url(port),
         "--limit", str(limit),
@@ -195,7 +195,17 @@ def check_inspect_cli(argv: list[str]) -> None:
 
 
 def check_task_args(argv: list[str]) -> None:
-    """The task file defines an @task taking every ``-T`` argument of the command."""
+    """Inspect's CLI finds the command's task file from the stage's working directory (the project; Inspect
+    refuses an absolute path there), and the file defines an @task taking every ``-T`` argument of the command."""
+    from inspect_ai._eval.list import task_files
+
+    given = argv[argv.index("eval") + 1]
+    try:
+        found = task_files([given], PROJECT_ROOT)
+    except NotImplementedError as exc:  # pathlib's glob of an absolute pattern
+        raise ValueError(f"`inspect eval {given}`: Inspect's CLI cannot load it ({exc}); give it relative") from exc
+    if [f.resolve() for f in found] != [TASK_FILE.resolve()]:
+        raise ValueError(f"`inspect eval {given}` from {PROJECT_ROOT} finds {found}, not {TASK_FILE}")
     spec = importlib.util.spec_from_file_location("smoke_task", TASK_FILE)
     if spec is None or spec.loader is None:
         raise ValueError(f"cannot load {TASK_FILE}")
@@ -312,13 +322,13 @@ def training_checks(args: list[str], config_json: str, where: str) -> str:
 
 
 def _openrlhf_here() -> bool:
-    """OpenRLHF can be imported here (the harness's environment has its source only: no torch)."""
+    """OpenRLHF and the torch it imports are installed here (the harness's environment has neither)."""
     return all(importlib.util.find_spec(name) is not None for name in ("openrlhf", "torch"))
 
 
 def check_training(args: list[str], config_json: str, where: str, trainer: Path | None = None) -> str:
-    """:func:`training_checks` where OpenRLHF imports: in this process, else in the trainer's environment (the
-    harness's has OpenRLHF's source but no torch), else a line saying that nothing was checked."""
+    """:func:`training_checks` where OpenRLHF imports: in this process, else in the trainer's environment,
+    else a line saying that nothing was checked."""
     if _openrlhf_here():
         return training_checks(args, config_json, where)
     trainer = trainer or TRAINER.python()
@@ -425,7 +435,11 @@ def start_engine(stage: Stage, port: int, timeout: float) -> tuple[subprocess.Po
     return None, False, f"no answer on {base_url(port)} within {timeout:.0f} s, killed"
 
 
-def run(smoke: SmokePlan, timeout: float, report: Callable[[str], None] = print) -> int:
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def run(smoke: SmokePlan, timeout: float, report: Callable[[str], None] = _say) -> int:
     """Run the stages in order within ``timeout`` seconds in all; one summary line per stage; the exit code."""
     deadline = time.monotonic() + timeout
     server: subprocess.Popen | None = None
@@ -470,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole run (a hard limit)")
     parser.add_argument("--dry-run", action="store_true", help="validate and print the commands, run nothing")
     args = parser.parse_args(argv)
+    started = time.monotonic()  # the time limit counts the preflight too
     smoke = plan(args.model, args.run_dir, limit=args.limit, data=args.data, port=args.port)
     for stage in smoke.stages:
         print(f"[{stage.name}] {stage.shell()}\n    log: {stage.log}")
@@ -491,8 +506,11 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print(f"FAIL preflight: {len(problems)} problems; nothing ran (docs/training.md, 'GPU smoke')", file=sys.stderr)
         return 2
-    print("PASS preflight: the environments match their locks; CUDA, flash-attn, Docker and the image are there")
-    return run(smoke, args.timeout)
+    _say(
+        f"PASS preflight ({time.monotonic() - started:.0f} s): the environments match their locks; CUDA, "
+        "flash-attn, Docker and the sandbox image are there"
+    )
+    return run(smoke, args.timeout - (time.monotonic() - started))
 
 
 if __name__ == "__main__":
