@@ -200,7 +200,7 @@ def _over_4b(tmp_path, openrlhf: str) -> str:
     return str(p)
 
 
-@pytest.mark.parametrize("name", GPU_RECIPES)
+@pytest.mark.parametrize("name", (*GPU_RECIPES, "qwen-gpu-smoke"))
 def test_check_accepts_the_shipped_gpu_recipes(name, capsys):
     assert main(["launch", "--recipe", name, "--check"]) == 0
     out = capsys.readouterr().out
