@@ -150,6 +150,10 @@ class RolloutState:
         return self.config.tool_env
 
     @property
+    def max_turns(self) -> int:
+        return self.config.max_turns
+
+    @property
     def assistant_turns(self) -> int:
         return sum(1 for m in self.messages if m.role == "assistant")
 
@@ -256,6 +260,9 @@ def to_assistant(
     # a malformed call keeps the text as written: there is no call to re-serialize it from
     content = parsed.reasoning if parsed.call is not None else gen.text
     meta = {"form": parsed.form, "tokens": gen.output_tokens, "reasoning_tokens": reasoning_share(gen, content)}
+    if "call_raw" in parsed.meta:  # a failed call SAAR compares as written: its reasoning is what precedes it
+        meta |= {"call_raw": parsed.meta["call_raw"], "call_start": len(parsed.reasoning)}
+        meta["reasoning_tokens"] = reasoning_share(gen, parsed.reasoning)
     return Message("assistant", content, call=parsed.call, call_error=parsed.error, meta=meta)
 
 
