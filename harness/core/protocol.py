@@ -8,14 +8,15 @@ A call is written by the model as::
 
 This module is the only place that knows that form, and the one place that frames a result
 for the model. What a call may look like, how it is read and how its result is shown depend on
-the tool environment (:class:`~harness.core.toolenv.ToolEnv`); every function takes one and
-defaults to the ``project`` profile. Under ``project`` it is lenient in what it accepts
-(any of the profile's tool names, arguments as a JSON string, a fenced ``json`` block, optionally
-a fenced ``python`` block) and strict in what it executes: a call must name the tool and carry a
-string ``code``, and only the first call of a turn runs. A malformed call becomes a
-:class:`ParsedTurn` with ``error`` set, which the rollout answers with a tool error instead of
-crashing. Under ``reference`` only ``<tool_call>`` tags are read, their JSON is repaired, and a
-call that still cannot be read is no call.
+the tool environment (:class:`~harness.core.toolenv.ToolEnv`); every function takes one, with
+no default, so a caller that forgets it fails instead of running the ``project`` profile.
+
+Under ``project`` it is lenient in what it accepts (any of the profile's tool names, arguments as
+a JSON string, a fenced ``json`` block, optionally a fenced ``python`` block) and strict in what it
+executes: a call must name the tool and carry a string ``code``, and only the first call of a turn
+runs. A malformed call becomes a :class:`ParsedTurn` with ``error`` set, which the rollout answers
+with a tool error instead of crashing. Under ``reference`` only ``<tool_call>`` tags are read, their
+JSON is repaired, and the first call that can be read runs (:func:`_repaired_turn`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def serialize_object(call: dict[str, Any]) -> str:
     return f"{CALL_OPEN}\n{json.dumps(call, ensure_ascii=False)}\n{CALL_CLOSE}"
 
 
-def _call_from_json(text: str, raw: str, call_id: str, env: ToolEnv = PROJECT) -> tuple[ToolCall | None, str | None]:
+def _call_from_json(text: str, raw: str, call_id: str, env: ToolEnv) -> tuple[ToolCall | None, str | None]:
     """Validate a JSON call object; return the call or a message saying what is wrong."""
     body = text.strip()
     fence = _FENCE.fullmatch(body)
@@ -161,9 +162,7 @@ def _repaired_turn(text: str, call_id: str, env: ToolEnv) -> ParsedTurn:
     return ParsedTurn(text[:start], call, error, "hermes", extra_calls=len(reads) - 1, meta=meta)
 
 
-def parse_turn(
-    text: str, *, accept_python_fence: bool = True, call_id: str = "call_0", env: ToolEnv = PROJECT
-) -> ParsedTurn:
+def parse_turn(text: str, *, env: ToolEnv, accept_python_fence: bool = True, call_id: str = "call_0") -> ParsedTurn:
     """Split an assistant message into reasoning and (at most) one executable call.
 
     Order of precedence: Hermes ``<tool_call>`` tags, then (``project`` only) a fenced ``json``
@@ -277,8 +276,8 @@ def format_result(
     stdout: str,
     stderr: str,
     error_kind: str | None,
+    env: ToolEnv,
     limit: int = 256,
-    env: ToolEnv = PROJECT,
 ) -> str:
     """The text the model sees for one execution (identical in evaluation and training).
 
@@ -316,7 +315,7 @@ def _reference_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | N
     return as_data(text)
 
 
-def format_call_error(message: str, env: ToolEnv = PROJECT) -> str:
+def format_call_error(message: str, *, env: ToolEnv) -> str:
     """The tool response to a call that could not be executed at all (``message`` is data; the form shown is not)."""
     if env.framing == "reference":
         return REFERENCE_FORMAT_ERROR
@@ -326,7 +325,7 @@ def format_call_error(message: str, env: ToolEnv = PROJECT) -> str:
     )
 
 
-def retry_note(attempts: int, env: ToolEnv = PROJECT, retries: int | None = None) -> str:
+def retry_note(attempts: int, *, env: ToolEnv, retries: int | None = None) -> str:
     """Appended to the error of a turn whose SAAR retries are exhausted (``attempts`` calls, ``retries`` of them
     regenerations)."""
     if env.framing == "reference":  # tool_agent_loop.py, _handle_max_retry_exceeded: counts the retries

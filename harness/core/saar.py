@@ -236,6 +236,6 @@ async def _rollback(
     state.rollback_on = False
     state.record(SaarEvent(turn, cfg.max_retries + 1, "exhausted", error_kind))
     if cfg.max_retries >= 2:
-        note = protocol.retry_note(cfg.max_retries + 1, state.tool_env, retries=cfg.max_retries)
+        note = protocol.retry_note(cfg.max_retries + 1, env=state.tool_env, retries=cfg.max_retries)
         error = state.tool_message(error.content + note, error.tool_call_id, False, error.meta.get("error_kind"))
     return error

@@ -139,9 +139,15 @@ REFERENCE = ToolEnv(
 PROFILES: dict[str, ToolEnv] = {env.name: env for env in (PROJECT, REFERENCE)}
 
 
-def env_of_tool(tool_name: str | None) -> ToolEnv:
-    """The profile whose tool is called ``tool_name`` (a provider that is handed only the tool); default project."""
-    return next((env for env in PROFILES.values() if env.tool_name == tool_name), PROJECT)
+def env_of_tool(tool_name: str) -> ToolEnv:
+    """The profile whose tool is called ``tool_name`` (a provider that is handed only the tool); a ValueError for
+    a tool no profile has."""
+    for env in PROFILES.values():
+        if env.tool_name == tool_name:
+            return env
+    raise ValueError(
+        f"no tool environment has a tool {tool_name!r}; tools: {', '.join(e.tool_name for e in PROFILES.values())}"
+    )
 
 
 def get_tool_env(name: str | ToolEnv, where: str = "tool_env") -> ToolEnv:
