@@ -33,6 +33,10 @@ class TokenizerError(RuntimeError):
 def _load(name: str) -> Any:
     from transformers import AutoTokenizer
 
+    try:  # a local directory or the hub's cache first: no network round trips (and retries) for what is here
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
+    except Exception:
+        pass
     try:
         return AutoTokenizer.from_pretrained(name)
     except Exception as exc:  # hub errors, a missing path, a gated repo: all say the same to the user
