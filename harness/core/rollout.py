@@ -68,7 +68,7 @@ class RolloutConfig:
     @property
     def response_budget(self) -> bool:
         """Whether ``max_total_tokens`` counts every response token and caps each generation."""
-        return self.tool_env.budget == "response" and self.max_total_tokens is not None
+        return self.tool_env.counts_response and self.max_total_tokens is not None
 
 
 @dataclass

@@ -88,6 +88,11 @@ class ToolEnv:
             },
         }
 
+    @property
+    def counts_response(self) -> bool:
+        """Whether a token budget counts every response token, tool output included (and caps each generation)."""
+        return self.budget == "response"
+
     def to_dict(self) -> dict[str, Any]:
         """The whole profile, as every log records it."""
         return asdict(self)

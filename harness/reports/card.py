@@ -58,7 +58,7 @@ def protocol_card(preset: str | None, kind: Kind, protocol: EvalProtocol, templa
 
 
 def _budget_counts(protocol: EvalProtocol) -> str:
-    if protocol.env.budget == "response":
+    if protocol.env.counts_response:
         return "every response token (generated and tool output); each generation takes what is left"
     return "generated tokens kept, checked after each tool result"
 

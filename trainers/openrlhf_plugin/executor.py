@@ -231,7 +231,7 @@ class AgentExecutor(AgentExecutorBase):
         cfg = self.config
         if cfg.overlong_buffer_len is None or cfg.max_new_tokens is None:
             return 0.0
-        if cfg.env.budget == "response":  # from the first generated token to the last, tool results between
+        if cfg.env.counts_response:  # from the first generated token to the last, tool results between
             counted = final.action_ranges[-1][1] - n_prompt_ids if final.action_ranges else 0
         else:
             counted = sum(end - start for start, end in final.action_ranges)
