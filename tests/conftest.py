@@ -34,6 +34,15 @@ def no_docker_limit_carried_over(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(inspect_provider, "_docker_bounds", set())
 
 
+@pytest.fixture(autouse=True)
+def no_model_carried_over() -> None:
+    """Each test starts from a process in which no model is being evaluated: Inspect leaves the last eval's model
+    active, and a task built outside an eval would check its tokenizer (harness.evals.tokenizers.check_tokenizer)."""
+    from inspect_ai.model._model import active_model_context_var
+
+    active_model_context_var.set(None)  # type: ignore[arg-type]
+
+
 @pytest.fixture
 async def local_sandbox():
     from sandboxes.local.sandbox import LocalSandbox

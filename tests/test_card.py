@@ -22,10 +22,20 @@ def test_the_paper_card_shows_the_reference_environment_and_what_differs() -> No
     differs = card["differs_from_default"]
     assert differs["tool_env"] == ["project", "reference"] and differs["tool_env.budget"] == ["generated", "response"]
     assert card["budget"].startswith("20480 tokens, counting every response token")
+    # Open-CLEANER 91e40ad, recipe/cleaner/eval/eval_qwen3_4b_aime_gpqa.sh line 147: rollout.dtype=float16
+    assert card["engine_dtype"] == "float16"
     text = render_card(card)
     assert "tool environment reference:" in text and 'tool_env.parse: "strict" -> "repair"' in text
+    assert "engine dtype: float16, as the reference served it (give the engine -M dtype=float16)" in text
     plain = protocol_card(None, "math", resolve(None, "math"), load_prompt_templates())
     assert plain["differs_from_default"] == {} and "the project's default protocol" in render_card(plain)
+    assert plain["engine_dtype"] is None and "engine dtype" not in render_card(plain)
+    # eval_qwen2_7b_aime_gpqa.sh sets no dtype (verl's bfloat16); eval_qwen2_7b_livecodebench.sh line 144: float16
+    seven = [
+        protocol_card("cleaner-paper-7b", k, resolve("cleaner-paper-7b", k), load_prompt_templates())
+        for k in ("gpqa", "code")
+    ]
+    assert [c["engine_dtype"] for c in seven] == ["bfloat16", "float16"]
 
 
 def test_every_log_carries_the_card_the_cli_prints() -> None:

@@ -15,6 +15,7 @@ from transformers import PreTrainedTokenizerFast
 from harness.core import chat
 from harness.core.messages import Message, system, tool, user
 from harness.core.protocol import CALL_CLOSE, TOOL_SCHEMA, ToolCall, parse_turn, serialize_call
+from harness.core.toolenv import PROJECT
 
 # A ChatML template without tool support, rendering the way SmolLM2-135M-Instruct's does
 # (a default system turn only when the conversation has none; here our tool prompt is always first).
@@ -74,7 +75,7 @@ def test_inline_render_is_exact_for_a_template_without_tools() -> None:
     tok = tiny_tokenizer(CHATML)
     assert not chat.supports_tools(tok)
     expected = (
-        "<|im_start|>system\nYou are a careful solver.\n\n" + chat.tool_system_prompt() + "<|im_end|>\n"
+        "<|im_start|>system\nYou are a careful solver.\n\n" + chat.tool_system_prompt(PROJECT) + "<|im_end|>\n"
         "<|im_start|>user\nWhat is 2^10?<|im_end|>\n"
         "<|im_start|>assistant\nLet me compute it.\n<tool_call>\n"
         '{"name": "python", "arguments": {"code": "x = 2**10\\nprint(x)"}}\n</tool_call><|im_end|>\n'
@@ -82,31 +83,31 @@ def test_inline_render_is_exact_for_a_template_without_tools() -> None:
         "<|im_start|>assistant\nThe answer is \\boxed{1024}.<|im_end|>\n"
         "<|im_start|>assistant\n"
     )
-    assert chat.render(tok, trajectory()) == expected
-    without_prompt = chat.render(tok, trajectory(), add_generation_prompt=False)
+    assert chat.render(tok, trajectory(), env=PROJECT) == expected
+    without_prompt = chat.render(tok, trajectory(), add_generation_prompt=False, env=PROJECT)
     assert without_prompt == expected.removesuffix("<|im_start|>assistant\n")
 
 
 def test_tool_prompt_explains_the_call_form_and_is_not_duplicated() -> None:
-    prompt = chat.tool_system_prompt()
+    prompt = chat.tool_system_prompt(PROJECT)
     # the example in the prompt is a call the harness itself accepts
     example = prompt[prompt.index("<tool_call>") : prompt.index(CALL_CLOSE) + len(CALL_CLOSE)]
-    parsed = parse_turn(example)
+    parsed = parse_turn(example, env=PROJECT)
     assert parsed.call is not None and "math.comb" in parsed.call.code
     assert "\\boxed{" in prompt
     tok = tiny_tokenizer(CHATML)
-    once = chat.render(tok, [user("hi")])
+    once = chat.render(tok, [user("hi")], env=PROJECT)
     assert once.startswith("<|im_start|>system\n" + prompt + "<|im_end|>\n<|im_start|>user\nhi")
     # a system message that already holds the prompt (the Inspect face's) does not get it twice
-    again = chat.render(tok, [system("Solve it.\n\n" + prompt), user("hi")])
+    again = chat.render(tok, [system("Solve it.\n\n" + prompt), user("hi")], env=PROJECT)
     assert again.count("To call the tool") == 1
-    assert "To call the tool" not in chat.render(tok, [user("hi")], tools=False)
+    assert "To call the tool" not in chat.render(tok, [user("hi")], tools=False, env=PROJECT)
 
 
 def test_native_render_passes_the_tool_schema_and_calls() -> None:
     tok = tiny_tokenizer(TOOLS_TEMPLATE)
     assert chat.supports_tools(tok)
-    text = chat.render(tok, trajectory())
+    text = chat.render(tok, trajectory(), env=PROJECT)
     assert "To call the tool" not in text  # the template describes the tool itself
     assert json.dumps(TOOL_SCHEMA) in text
     assert (
@@ -115,13 +116,13 @@ def test_native_render_passes_the_tool_schema_and_calls() -> None:
     ) in text
     assert "<|im_start|>user\n<tool_response>\n1024\n</tool_response><|im_end|>\n" in text
     assert text.endswith("<|im_start|>assistant\n")
-    assert json.dumps(TOOL_SCHEMA) not in chat.render(tok, trajectory(), tools=False)
+    assert json.dumps(TOOL_SCHEMA) not in chat.render(tok, trajectory(), tools=False, env=PROJECT)
 
 
 def test_render_ids_are_the_tokens_of_render() -> None:
     tok = tiny_tokenizer(CHATML)
-    ids = chat.render_ids(tok, [user("hello python")])
-    assert ids == tok(chat.render(tok, [user("hello python")]), add_special_tokens=False)["input_ids"]
+    ids = chat.render_ids(tok, [user("hello python")], env=PROJECT)
+    assert ids == tok(chat.render(tok, [user("hello python")], env=PROJECT), add_special_tokens=False)["input_ids"]
     start, end, hello, python = tok.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>", "hello", "python"])
     assert ids[0] == start
     assert ids[-7:] == [start, 0, hello, python, end, start, 0]  # user turn, then the generation prompt
@@ -129,9 +130,11 @@ def test_render_ids_are_the_tokens_of_render() -> None:
 
 def test_bad_input_is_named() -> None:
     with pytest.raises(ValueError, match="empty trajectory"):
-        chat.render(tiny_tokenizer(CHATML), [])
+        chat.render(tiny_tokenizer(CHATML), [], env=PROJECT)
     with pytest.raises(ValueError, match="no chat template"):
-        chat.render(tiny_tokenizer(None), [user("hi")])
+        chat.render(tiny_tokenizer(None), [user("hi")], env=PROJECT)
+    with pytest.raises(ValueError, match="needs its tool environment"):
+        chat.render(tiny_tokenizer(CHATML), [user("hi")], env=None)
 
 
 def test_stop_strings_end_a_call_or_a_turn() -> None:
@@ -151,7 +154,7 @@ def test_smollm2_template_renders_the_inline_form() -> None:
     gguf = embedded_gguf_path()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
     assert not chat.supports_tools(tok)
-    assert chat.render(tok, trajectory()) == chat.render(tiny_tokenizer(CHATML), trajectory())
+    assert chat.render(tok, trajectory(), env=PROJECT) == chat.render(tiny_tokenizer(CHATML), trajectory())
     assert chat.stop_strings(tok)[:2] == [CALL_CLOSE, "<|im_end|>"]
-    ids = chat.render_ids(tok, trajectory())
-    assert tok.decode(ids) == chat.render(tok, trajectory())
+    ids = chat.render_ids(tok, trajectory(), env=PROJECT)
+    assert tok.decode(ids) == chat.render(tok, trajectory(), env=PROJECT)

@@ -7,6 +7,7 @@ from typing import get_args
 import pytest
 from inspect_ai.model import ModelOutput, StopReason
 
+from harness.core.toolenv import PROJECT
 from harness.evals.convert import CUT_SHORT, to_generation
 
 
@@ -14,13 +15,13 @@ from harness.evals.convert import CUT_SHORT, to_generation
 def test_every_stop_reason_that_cuts_a_turn_is_truncation(reason: str) -> None:
     """An output cut by the model's context (or a filter) is no answer: the rollout must end with ``length``."""
     output = ModelOutput.from_content(model="m", content="The answer is \\boxed{4", stop_reason=reason)  # type: ignore[arg-type]
-    assert to_generation(output).truncated
+    assert to_generation(output, PROJECT).truncated
 
 
 @pytest.mark.parametrize("reason", ["stop", "tool_calls", "unknown"])
 def test_stop_reasons_that_end_a_turn_are_not_truncation(reason: str) -> None:
     output = ModelOutput.from_content(model="m", content="\\boxed{4}", stop_reason=reason)  # type: ignore[arg-type]
-    assert not to_generation(output).truncated
+    assert not to_generation(output, PROJECT).truncated
 
 
 def test_every_inspect_stop_reason_is_mapped() -> None:

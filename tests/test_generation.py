@@ -18,6 +18,7 @@ import pytest
 
 from harness.core import chat
 from harness.core.messages import user
+from harness.core.toolenv import PROJECT
 from harness.engines.generation import Batcher, Request, Sampling, generate_batch, sample_token, seeded_generator
 
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -43,7 +44,7 @@ def f32() -> tuple[Any, Any]:
 
 
 def _ids(tokenizer: Any, text: str) -> list[int]:
-    return chat.render_ids(tokenizer, [user(text)], tools=False)
+    return chat.render_ids(tokenizer, [user(text)], tools=False, env=PROJECT)
 
 
 def _stops(tokenizer: Any) -> tuple[int, ...]:
@@ -97,7 +98,7 @@ def test_a_shared_prompt_prefix_is_prefilled_once_without_changing_a_row(f32: tu
     gives alone, greedy and seeded."""
     model, tok = f32
     stops = _stops(tok)
-    prompts = [chat.render_ids(tok, [user(p)]) for p in ("What is 2**10?", "What is 2**10?", "Factor 91.")]
+    prompts = [chat.render_ids(tok, [user(p)], env=PROJECT) for p in ("What is 2**10?", "What is 2**10?", "Factor 91.")]
     assert len(prompts[0]) > 200  # the tool description is a long common prefix
     for sampling in (Sampling(12, stop_token_ids=stops), Sampling(12, temperature=1.0, seed=3, stop_token_ids=stops)):
         requests = [Request(p, replace(sampling, seed=None if sampling.greedy else i)) for i, p in enumerate(prompts)]

@@ -30,6 +30,7 @@ from inspect_ai.tool import ToolCall as InspectToolCall
 from harness.core import chat
 from harness.core.messages import user
 from harness.core.protocol import CALL_CLOSE, serialize_call
+from harness.core.toolenv import PROJECT
 from harness.engines import models
 from harness.evals import embedded
 
@@ -175,7 +176,7 @@ def test_materialize_round_trips(gguf_model: tuple[Any, Any], tmp_path: Path) ->
     assert (out / "model.safetensors").is_file()
     assert "quantization_config" not in json.loads((out / "config.json").read_text())
     again, tok2 = models.load_model(str(out))
-    text = chat.render(tokenizer, [user("What is 12 times 12?")])
+    text = chat.render(tokenizer, [user("What is 12 times 12?")], env=PROJECT)
     assert tok2(text)["input_ids"] == tokenizer(text)["input_ids"]
     assert tok2.chat_template == tokenizer.chat_template
     torch.testing.assert_close(_logits(again, tok2, text), _logits(model, tokenizer, text), rtol=0, atol=0)
@@ -224,14 +225,14 @@ def test_provider_generates_through_a_real_inspect_eval(gguf_model: tuple[Any, A
     prompt = str(event.call.request["prompt"])
     if prompt.startswith("attachment://"):  # Inspect stores long strings as sample attachments
         prompt = sample.attachments[prompt.removeprefix("attachment://")]
-    assert prompt == chat.render(tokenizer, [user("What is 2 + 2?")])
-    assert output.usage.input_tokens == len(chat.render_ids(tokenizer, [user("What is 2 + 2?")]))
+    assert prompt == chat.render(tokenizer, [user("What is 2 + 2?")], env=PROJECT)
+    assert output.usage.input_tokens == len(chat.render_ids(tokenizer, [user("What is 2 + 2?")], env=PROJECT))
 
 
 @pytest.mark.slow
 def test_greedy_completion_is_reproducible_and_limits_are_reported(gguf_model: tuple[Any, Any]) -> None:
     loaded = embedded.shared_model("smollm2")
-    prompt = chat.render(loaded.tokenizer, [user("Write a long story about a robot.")])
+    prompt = chat.render(loaded.tokenizer, [user("Write a long story about a robot.")], env=PROJECT)
     first = embedded.complete(loaded, prompt, max_tokens=8)
     second = embedded.complete(loaded, prompt, max_tokens=8)
     assert first.text == second.text and first.output_tokens == 8 and first.hit_limit

@@ -10,6 +10,7 @@ from inspect_ai import eval as inspect_eval
 
 from harness.benchmarks.presets import PRESETS, EvalProtocol, resolve
 from harness.benchmarks.registry import BENCHMARKS
+from harness.core.toolenv import PROJECT
 from harness.reports.compare import arm_from_log
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,9 +136,9 @@ async def test_code_problems_never_run_the_final_python_block(local_sandbox) -> 
     async def generate(messages, *, seed=None):
         return Generation(answer, output_tokens=9)
 
-    code = await rollout([user("q")], generate, local_sandbox, rollout_config("code"))
+    code = await rollout([user("q")], generate, local_sandbox, rollout_config("code", tool_env=PROJECT))
     assert code.tool_calls == 0 and code.stop_reason == "answer"
-    math = await rollout([user("q")], generate, local_sandbox, rollout_config("math", max_turns=1))
+    math = await rollout([user("q")], generate, local_sandbox, rollout_config("math", max_turns=1, tool_env=PROJECT))
     assert math.tool_calls == 1  # for math, a bare python block is a (small model's) tool call
     with pytest.raises(ValueError, match="follows the problem kind"):
-        rollout_config("code", accept_python_fence=True)
+        rollout_config("code", accept_python_fence=True, tool_env=PROJECT)

@@ -7,10 +7,13 @@ import pytest
 from harness.core.messages import Generation, Message, to_openai
 from harness.core.protocol import format_result, parse_turn, serialize_call, truncate_middle
 from harness.core.rollout import to_assistant
+from harness.core.toolenv import PROJECT
 
 
 def test_hermes_call_is_split_into_reasoning_and_code():
-    turn = parse_turn('Let me check.\n<tool_call>\n{"name": "python", "arguments": {"code": "print(2)"}}\n</tool_call>')
+    turn = parse_turn(
+        'Let me check.\n<tool_call>\n{"name": "python", "arguments": {"code": "print(2)"}}\n</tool_call>', env=PROJECT
+    )
     assert turn.reasoning == "Let me check.\n" and turn.call is not None and turn.call.code == "print(2)"
     assert turn.form == "hermes" and turn.error is None
     assert turn.call.raw.startswith("<tool_call>") and turn.call.raw.endswith("</tool_call>")
@@ -28,7 +31,7 @@ def test_hermes_call_is_split_into_reasoning_and_code():
     ],
 )
 def test_near_misses_are_accepted(text):
-    turn = parse_turn(text)
+    turn = parse_turn(text, env=PROJECT)
     assert turn.call is not None and turn.call.code.strip() == "print(2)" and turn.error is None
 
 
@@ -45,22 +48,22 @@ def test_near_misses_are_accepted(text):
     ],
 )
 def test_malformed_calls_get_a_clear_error_and_no_code(text, message):
-    turn = parse_turn(text)
+    turn = parse_turn(text, env=PROJECT)
     assert turn.call is None and turn.error is not None and message in turn.error
 
 
 def test_python_fence_is_not_a_call_when_disabled():
-    assert parse_turn("```python\nprint(1)\n```", accept_python_fence=False).call is None
+    assert parse_turn("```python\nprint(1)\n```", accept_python_fence=False, env=PROJECT).call is None
 
 
 def test_only_first_call_runs_and_extra_calls_are_counted():
     one = serialize_call("print(1)")
-    turn = parse_turn(f"a {one} b {serialize_call('print(2)')}")
+    turn = parse_turn(f"a {one} b {serialize_call('print(2)')}", env=PROJECT)
     assert turn.call is not None and turn.call.code == "print(1)" and turn.extra_calls == 1
 
 
 def test_text_without_call_is_an_answer():
-    turn = parse_turn("The answer is \\boxed{42}.")
+    turn = parse_turn("The answer is \\boxed{42}.", env=PROJECT)
     assert turn.call is None and turn.error is None and not turn.attempted_call
 
 
@@ -72,22 +75,26 @@ def test_truncate_middle_keeps_head_and_tail():
 
 
 def test_format_result_for_success_failure_and_silence():
-    assert format_result(ok=True, stdout="42\n", stderr="", error_kind=None) == "42\n"
-    assert "print()" in format_result(ok=True, stdout="", stderr="", error_kind=None)
-    err = format_result(ok=False, stdout="", stderr="Traceback...\nNameError: name 'x'", error_kind="NameError")
+    assert format_result(ok=True, stdout="42\n", stderr="", error_kind=None, env=PROJECT) == "42\n"
+    assert "print()" in format_result(ok=True, stdout="", stderr="", error_kind=None, env=PROJECT)
+    err = format_result(
+        ok=False, stdout="", stderr="Traceback...\nNameError: name 'x'", error_kind="NameError", env=PROJECT
+    )
     assert err.startswith("Error:\n") and "NameError" in err
-    assert "Timeout" in format_result(ok=False, stdout="", stderr="", error_kind="Timeout")
+    assert "Timeout" in format_result(ok=False, stdout="", stderr="", error_kind="Timeout", env=PROJECT)
 
 
 def test_native_and_text_calls_render_identically():
-    native = to_assistant(Generation(text="Think.\n", tool_calls=[parse_turn(serialize_call("print(1)")).call]))
-    textual = to_assistant(Generation(text="Think.\n" + serialize_call("print(1)")))
+    native = to_assistant(
+        Generation(text="Think.\n", tool_calls=[parse_turn(serialize_call("print(1)"), env=PROJECT).call]), env=PROJECT
+    )
+    textual = to_assistant(Generation(text="Think.\n" + serialize_call("print(1)")), env=PROJECT)
     assert native.text == textual.text and native.call.code == textual.call.code
     assert to_openai([native], inline_calls=True) == to_openai([textual], inline_calls=True)
 
 
 def test_openai_shape_of_a_trajectory():
-    call = parse_turn(serialize_call("print(1)")).call
+    call = parse_turn(serialize_call("print(1)"), env=PROJECT).call
     msgs = [Message("user", "q"), Message("assistant", "r", call=call), Message("tool", "1", tool_call_id=call.id)]
     native = to_openai(msgs)
     assert native[1]["tool_calls"][0]["function"] == {"name": "python", "arguments": {"code": "print(1)"}}
@@ -134,7 +141,7 @@ async def test_a_history_with_a_malformed_call_is_one_a_strict_server_accepts(lo
     async def generate(messages, *, seed=None):
         return Generation(turns.pop(0), output_tokens=3)
 
-    traj = await rollout([user("q")], generate, local_sandbox, RolloutConfig())
+    traj = await rollout([user("q")], generate, local_sandbox, RolloutConfig(tool_env=PROJECT))
     assert "malformed tool call" in traj.messages[2].content
     _check_strict_history(to_openai(traj.messages))
     inspect_openai = await messages_to_openai(to_inspect(traj.messages))

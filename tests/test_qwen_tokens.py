@@ -18,6 +18,7 @@ from qwen_artifacts import chat_template, qwen_tokenizer
 
 from harness.core.messages import Message
 from harness.core.protocol import CALL_CLOSE, CALL_OPEN
+from harness.core.toolenv import PROJECT
 from trainers.core.tokens import SampledStore, TemplateError, assemble
 
 #: (text, ids) published for Qwen2.5 / Qwen3 tokenizers: transformers' Qwen2 tokenizer integration test
@@ -118,15 +119,15 @@ def _sampled(tokenizer, text: str) -> tuple[str, list[int]]:
 
 
 def _one_turn(tokenizer, text: str):
-    store = SampledStore()
+    store = SampledStore(env=PROJECT)
     text, ids = _sampled(tokenizer, text)
     store.add(text, ids)
     from harness.core.messages import Generation
     from harness.core.rollout import to_assistant
 
-    turn = to_assistant(Generation(text=text, output_tokens=len(ids), token_ids=ids))
+    turn = to_assistant(Generation(text=text, output_tokens=len(ids), token_ids=ids), env=PROJECT)
     messages = [Message("user", "What is 6 * 7?"), turn]
-    return assemble(tokenizer, messages, 1, store=store), ids
+    return assemble(tokenizer, messages, 1, store=store, env=PROJECT), ids
 
 
 def test_tool_turn_with_reasoning_keeps_its_sampled_ids(tok):
@@ -149,7 +150,7 @@ def test_hybrid_qwen3_template_is_refused_clearly(qwen3):
     turn = Message("assistant", "Let me compute this.\n")
     messages = [Message("user", "q"), turn, Message("tool", "42", tool_call_id="call_0")]
     with pytest.raises(TemplateError, match="prefix-stable"):
-        assemble(tokenizer, [*messages, Message("assistant", "The answer is 42.")], 1)
+        assemble(tokenizer, [*messages, Message("assistant", "The answer is 42.")], 1, env=PROJECT)
     assert "enable_thinking" in chat_template("qwen3")
 
 
@@ -230,7 +231,7 @@ def check_sequence(tokenizer, result, traj, engine):
     for start, end in ranges:  # every action id is one the engine sampled
         assert set(ids[start:end]) <= sampled
     # tool output, prompt and headers are rendered exactly as the template renders them
-    rendered = get_render()(tokenizer, traj.messages, add_generation_prompt=False)
+    rendered = get_render()(tokenizer, traj.messages, add_generation_prompt=False, env=PROJECT)
     if result["extra_logs"]["template_mismatch_turns"] == 0:
         assert tokenizer.decode(ids) == rendered
     outside = "".join(tokenizer.decode(ids[a:b]) for a, b in gaps(ranges, len(ids)))
@@ -349,7 +350,8 @@ def len_prompt(tokenizer) -> int:
     from trainers.core._compat import get_render
 
     item_prompt = f"What is {A} * {B}? Put the answer in \\boxed{{}}."
-    return len(enc(tokenizer, get_render()(tokenizer, [Message("user", item_prompt)], add_generation_prompt=True)))
+    prompt = get_render()(tokenizer, [Message("user", item_prompt)], add_generation_prompt=True, env=PROJECT)
+    return len(enc(tokenizer, prompt))
 
 
 async def test_overlong_penalty_counts_generated_tokens_only(tok, local_sandbox):
@@ -422,7 +424,7 @@ def test_evaluation_hands_the_provider_the_same_content_as_training(tok):
     from harness.core.rollout import to_assistant
     from harness.evals.convert import to_inspect
 
-    turn = to_assistant(Generation(text="Let me compute this.\n" + qwen_call("print(6 * 7)")))
+    turn = to_assistant(Generation(text="Let me compute this.\n" + qwen_call("print(6 * 7)")), env=PROJECT)
     assert turn.content == "Let me compute this.\n"  # the parsed reasoning keeps what the model wrote
     [inspect_msg] = to_inspect([turn])
     [openai_msg] = to_openai([turn])

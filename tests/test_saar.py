@@ -15,6 +15,7 @@ from harness.core import protocol
 from harness.core.messages import Generation, Message, user
 from harness.core.rollout import RolloutConfig, Trajectory, rollout
 from harness.core.saar import SaarConfig, similarity
+from harness.core.toolenv import PROJECT
 from harness.engines.replay import ReplayScript
 
 
@@ -39,7 +40,9 @@ async def run(turns: list, sandbox, **saar) -> Trajectory:
         return script.generation("q", calls["n"] - 1)
 
     saar_cfg = SaarConfig(enabled=saar.pop("enabled", True), **saar)
-    return await rollout([user("Sum 1..100.")], generate, sandbox, RolloutConfig(saar=saar_cfg), random.Random(0))
+    return await rollout(
+        [user("Sum 1..100.")], generate, sandbox, RolloutConfig(saar=saar_cfg, tool_env=PROJECT), random.Random(0)
+    )
 
 
 def shape(traj: Trajectory) -> list[tuple]:
@@ -94,7 +97,9 @@ async def test_regeneration_sees_the_error_but_the_error_is_removed(local_sandbo
         seen.append(list(messages))
         return script.generation("q", len(seen) - 1)
 
-    traj = await rollout([user("q")], generate, local_sandbox, RolloutConfig(saar=SaarConfig(enabled=True)))
+    traj = await rollout(
+        [user("q")], generate, local_sandbox, RolloutConfig(saar=SaarConfig(enabled=True), tool_env=PROJECT)
+    )
     assert [m.role for m in seen[1]] == ["user", "assistant", "tool"]  # the regeneration saw the error
     assert "SyntaxError" in seen[1][-1].content
     assert [m.role for m in seen[2]] == ["user", "assistant", "tool"]  # the next turn sees only the success
@@ -169,8 +174,8 @@ async def test_attempt_cap_turns_rollback_off(local_sandbox):
 
 
 def test_similarity_modes_code_vs_whole_call():
-    a = Message("assistant", "", call=protocol.parse_turn(call("print(1)")).call)
-    b = Message("assistant", "", call=protocol.parse_turn(call("import os; os.listdir()")).call)
+    a = Message("assistant", "", call=protocol.parse_turn(call("print(1)"), env=PROJECT).call)
+    b = Message("assistant", "", call=protocol.parse_turn(call("import os; os.listdir()"), env=PROJECT).call)
     code, whole = similarity(a, b, "code"), similarity(a, b, "call")
     assert code is not None and whole is not None and whole > code  # JSON boilerplate pushes the ratio up
     assert similarity(a, Message("assistant", "text only")) is None
@@ -202,7 +207,7 @@ async def test_shallow_replacement_counts_the_tokens_it_keeps(local_sandbox):
     failed = Generation(call(SYNTAX, "Compute the sum.\n"), output_tokens=100, reasoning_tokens=60)
     fixed = Generation(call(GOOD, "Oops.\n"), output_tokens=30, reasoning_tokens=10)
     answer = Generation(ANSWER, output_tokens=5)
-    cfg = RolloutConfig(max_total_tokens=90, saar=SaarConfig(enabled=True))
+    cfg = RolloutConfig(max_total_tokens=90, saar=SaarConfig(enabled=True), tool_env=PROJECT)
     traj = await rollout([user("q")], scripted([failed, fixed, answer]), local_sandbox, cfg)
     assert [e.action for e in traj.events] == ["shallow"]
     kept = traj.messages[1]
@@ -238,7 +243,7 @@ async def test_generation_seeds_per_turn_and_retry_identical_across_arms(local_s
     off_seen: list = []
     for enabled, seen in ((True, on_seen), (False, off_seen)):
         g = [Generation(t) for t in gens]
-        cfg = RolloutConfig(saar=SaarConfig(enabled=enabled))
+        cfg = RolloutConfig(saar=SaarConfig(enabled=enabled), tool_env=PROJECT)
         await rollout([user("q")], scripted(g, seen), local_sandbox, cfg, seed=1234)
     # turn 0 is seeded identically in both arms; the SAAR regeneration of turn 0 gets its own seed
     assert on_seen[0] == off_seen[0] == generation_seed(1234, turn=0, retry=0)
@@ -248,5 +253,5 @@ async def test_generation_seeds_per_turn_and_retry_identical_across_arms(local_s
     assert off_seen[2] == generation_seed(1234, turn=2, retry=0)
     assert len(set(off_seen)) == 3
     unseeded: list = []
-    await rollout([user("q")], scripted([Generation(ANSWER)], unseeded), local_sandbox, RolloutConfig())
+    await rollout([user("q")], scripted([Generation(ANSWER)], unseeded), local_sandbox, RolloutConfig(tool_env=PROJECT))
     assert unseeded == [None]  # no trajectory seed: the provider's own randomness

@@ -24,6 +24,7 @@ from needs import needs_vllm
 from harness.core import chat
 from harness.core.messages import Message, ToolCall, system, to_openai, user
 from harness.core.protocol import TOOL_SCHEMA, serialize_call
+from harness.core.toolenv import PROJECT
 from harness.engines.serve import (
     LOOPBACK,
     ServeError,
@@ -71,11 +72,11 @@ def test_the_served_template_renders_requests_as_the_embedded_provider_renders_t
     base_tokenizer: Any,
 ) -> None:
     served = copy.deepcopy(base_tokenizer)
-    served.chat_template = served_chat_template(base_tokenizer)
+    served.chat_template = served_chat_template(base_tokenizer, env=PROJECT)
     for messages in _trajectories():
         request = to_openai(messages)  # what an OpenAI client sends: native calls, tool messages
         wire = served.apply_chat_template(request, tools=[TOOL_SCHEMA], tokenize=False, add_generation_prompt=True)
-        assert wire == chat.render(base_tokenizer, messages)
+        assert wire == chat.render(base_tokenizer, messages, env=PROJECT)
     plain = [{"role": "user", "content": "hi"}]  # no tools: the model's own template, untouched
     assert served.apply_chat_template(plain, tokenize=False) == base_tokenizer.apply_chat_template(
         plain, tokenize=False
@@ -206,7 +207,7 @@ def test_inspect_sglang_provider_runs_both_arms_against_vllm(
             # the server saw the embedded provider's exact prompt: same token count as the shared rendering
             prompt = [Message(m.role, m.text) for m in first.input if m.role in ("system", "user")]  # type: ignore[arg-type]
             assert first.output.usage is not None
-            assert first.output.usage.input_tokens == len(chat.render_ids(base_tokenizer, prompt))
+            assert first.output.usage.input_tokens == len(chat.render_ids(base_tokenizer, prompt, env=PROJECT))
     assert structured > 0  # the warm model calls the tool; the calls arrive parsed by vLLM's hermes parser
     assert 'POST /v1/chat/completions HTTP/1.1" 200' in server.log_path.read_text()
 

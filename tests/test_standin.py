@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
+from harness.core.toolenv import PROJECT
 from harness.engines.standin import DEFAULT_NAME, HOST, Policy, StandinProcess, decide
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,11 +179,11 @@ def test_the_executor_benchmark_s_engine_reads_back_what_the_executor_rendered()
         Message(role="assistant", content="Let me compute.\n", call=ToolCall(broken, serialize_call(broken))),
         Message(
             role="tool",
-            content=format_result(ok=False, stdout="", stderr="NameError: totl", error_kind="NameError"),
+            content=format_result(ok=False, stdout="", stderr="NameError: totl", error_kind="NameError", env=PROJECT),
             tool_call_id="call_0",
         ),
     ]
-    text = tokenizer.decode(tokenizer(render(tokenizer, messages))["input_ids"], skip_special_tokens=False)
+    text = tokenizer.decode(tokenizer(render(tokenizer, messages, env=PROJECT))["input_ids"], skip_special_tokens=False)
     read_back = conversation(text)
     assert [m["role"] for m in read_back] == ["system", "user", "assistant", "tool"]
     as_served = to_openai(messages)  # as Inspect sends it: the call's arguments as a JSON string

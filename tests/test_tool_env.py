@@ -7,6 +7,7 @@ in each table) and running its tool path on these inputs; the program runs here 
 
 from __future__ import annotations
 
+import difflib
 import json
 import random
 
@@ -122,6 +123,14 @@ FORMAT_ERROR = protocol.REFERENCE_FORMAT_ERROR
         ("<tool_call>{'name': 'code_interpreter', 'arguments': {'code': 'print(42)'}}</tool_call>", "42"),
         ('<tool_call>{"name": "code_interpreter", "arguments": {}}</tool_call>', "Tool call success"),  # no code
         ("```python\nprint(42)\n```", None),  # a bare fence is not a call
+        # every pair is read, those the parser drops are left out, the first one left runs (lines 94-101)
+        ("<tool_call>hello</tool_call>\n" + call("print(42)", "code_interpreter"), "42"),
+        (call("print(42)", "code_interpreter") + call("print(7)", "code_interpreter"), "42"),
+        (call("print(42)", "python") + call("print(7)", "code_interpreter"), FORMAT_ERROR),
+        # FunctionCall.name is a str (tool_parser.py line 40): another type is dropped
+        ('<tool_call>{"name": 5, "arguments": {"code": "print(1)"}}</tool_call>', None),
+        # code that is not a string: .encode() fails in code_judge_utils.py line 416, a format error (lines 695-701)
+        ('<tool_call>{"name": "code_interpreter", "arguments": {"code": 123}}</tool_call>', FORMAT_ERROR),
     ],
 )
 async def test_reference_call_parsing(turn: str, expected: str | None, local_sandbox) -> None:
@@ -140,9 +149,96 @@ async def test_project_parsing_is_unchanged(local_sandbox) -> None:
 
 def test_reference_similarity_compares_the_calls_as_written() -> None:
     turn = call("print(1)", "code_interpreter", "Let me check.\n") + "\nmore"
-    parsed = protocol.parse_turn(turn, env=REFERENCE)
-    assert parsed.call is not None and parsed.call.raw == turn[turn.index("<tool_call>") :]  # to the turn's end
+    parsed = protocol.parse_turn(turn, env=REFERENCE, call_id="call_0")
+    # to the turn's end, its end-of-turn token included (tool_agent_loop.py lines 1040-1114)
+    assert parsed.call is not None and parsed.call.raw == turn[turn.index("<tool_call>") :] + "<|im_end|>"
     assert parsed.call.name == "code_interpreter" and parsed.reasoning == "Let me check.\n"
+
+
+# ---------------------------------------------------------------------------- SAAR as the reference decides
+
+
+def reference_span(turn: str) -> str:
+    """The call span Open-CLEANER's SAAR compares (verl/verl/experimental/agent_loop/tool_agent_loop.py, 91e40ad,
+    lines 1040-1114): the turn's tokens from the one that holds ``<tool_call>`` to the last, its end-of-turn
+    token (Qwen3: ``<|im_end|>``) included, decoded with special tokens; compared by difflib at line 908."""
+    return turn[turn.index("<tool_call>") :] + "<|im_end|>"
+
+
+def reference_ratio(old: str, new: str) -> float:
+    return difflib.SequenceMatcher(None, reference_span(old), reference_span(new)).ratio()
+
+
+async def saar_run(turns: list[str], sandbox, *, max_turns: int = 16, env: ToolEnv = REFERENCE, **saar):
+    it = iter(turns)
+
+    async def generate(context: list[Message], *, seed: int | None = None, max_tokens: int | None = None):
+        return Generation(next(it), output_tokens=10)
+
+    cfg = RolloutConfig(
+        tool_env=env, max_turns=max_turns, timeout=4.0, saar=SaarConfig(enabled=True, similarity=env.similarity, **saar)
+    )
+    return await rollout([user("q")], generate, sandbox, cfg, random.Random(0))
+
+
+# pairs whose ratio is on the other side of 0.5 without the end-of-turn token (difflib's blocks move with it)
+FLIPS = [
+    (  # 0.463 without it: deep; the reference's 0.501: shallow
+        "import math\nfrom sympy import isprime\nprint(math.comb(10, 3))\na = np.arange(10)",
+        "a = np.arange(10)\nfor k in range(1, n + 1):\nx = [p for p in range(100) if isprime(p)]\nprint(total)\n"
+        "    total += k * k",
+        "shallow",
+    ),
+    (  # 0.717 without it: shallow; the reference's 0.499: deep
+        "total = 0\nimport math\nfor k in range(1, n + 1):\nprint(total)\n    total += k * k",
+        "print(total)\nfor k in range(1, n + 1):\nfrom sympy import isprime\n    return m * (m + 1) // 2\n"
+        "a = np.arange(10)",
+        "deep",
+    ),
+]
+
+
+@pytest.mark.parametrize(("failed", "regenerated", "action"), FLIPS)
+async def test_reference_similarity_runs_to_the_end_of_the_turn(failed, regenerated, action, local_sandbox) -> None:
+    old, new = call(failed, "code_interpreter", "A.\n"), call(regenerated, "code_interpreter", "B.\n")
+    expected = reference_ratio(old, new)
+    assert (expected >= 0.5) == (action == "shallow")  # tool_agent_loop.py line 914: deep below 0.5
+    traj = await saar_run([old, new, "done"], local_sandbox, max_retries=1)
+    event = traj.events[0]
+    assert event.action == action and event.similarity == pytest.approx(expected)
+
+
+async def test_a_regeneration_naming_another_tool_is_compared(local_sandbox) -> None:
+    """A regenerated call of another tool is still a call the reference's SAAR compares (its tokens hold
+    ``<tool_call>``: tool_agent_loop.py lines 896-908), so a similar one is a shallow replacement: the failed
+    turn keeps its reasoning and takes the call as written, which then fails as a format error."""
+    failed = call("print(sum(range(101))", "code_interpreter", "Sum it.\n")
+    other = call("print(sum(range(101)))", "python", "Again.\n")
+    fixed = call("print(sum(range(101)))", "code_interpreter", "Once more.\n")
+    traj = await saar_run([failed, other, fixed, "\\boxed{5050}"], local_sandbox)
+    first, second = traj.events
+    assert (first.action, first.ok, second.action, second.ok) == ("shallow", False, "shallow", True)
+    assert first.similarity == pytest.approx(reference_ratio(failed, other))
+    assert second.similarity == pytest.approx(reference_ratio(other, fixed))
+    installed = traj.messages[1]
+    assert installed.content == "Sum it.\n" and installed.call.code == "print(sum(range(101)))"
+    assert traj.tool_calls == 3 and traj.stop_reason == "answer"
+
+
+async def test_a_regeneration_at_the_turn_limit_ends_the_trajectory(local_sandbox) -> None:
+    """Under the reference a regeneration is an assistant turn (tool_agent_loop.py lines 391-397): one that
+    reaches the limit restores the state before the error and ends the trajectory (lines 846-852), with the
+    failed turn last: no answer. The project regenerates and answers in the next turn."""
+    for env, stop, roles in (
+        (REFERENCE, "max_turns", ["user", "assistant", "tool", "assistant"]),
+        (PROJECT, "answer", ["user", "assistant", "tool", "assistant", "tool", "assistant"]),
+    ):
+        turns = [call("print(1)", env.tool_name), call("print(x)", env.tool_name), call("print(2)", env.tool_name)]
+        traj = await saar_run([*turns, "\\boxed{2}"], local_sandbox, max_turns=3, env=env)
+        assert traj.stop_reason == stop and [m.role for m in traj.messages] == roles
+        if env is REFERENCE:
+            assert [e.action for e in traj.events] == ["max_turns"] and traj.final_text == ""
+            assert traj.messages[-1].call.code == "print(x)" and traj.tokens_generated == 30
 
 
 def test_unknown_profile_is_named() -> None:

@@ -25,6 +25,7 @@ from qwen_artifacts import qwen_tokenizer
 from harness.core import chat, protocol
 from harness.core.messages import Generation, Message, tool, user
 from harness.core.rollout import RolloutConfig, rollout
+from harness.core.toolenv import PROJECT
 from harness.evals.convert import from_inspect, to_inspect
 from trainers.core.tokens import assemble
 
@@ -57,13 +58,13 @@ async def run_program(code: str, sandbox) -> list[Message]:
         contexts.append(list(context))
         return turns[len(contexts) - 1]
 
-    await rollout([user(QUESTION)], generate, sandbox, RolloutConfig())
+    await rollout([user(QUESTION)], generate, sandbox, RolloutConfig(tool_env=PROJECT))
     return contexts[1]
 
 
 def embedded_ids(tok, messages: list[Message]) -> list[int]:
     """What the embedded provider tokenizes (harness.evals.embedded.EmbeddedAPI.generate)."""
-    prompt = chat.render(tok, from_inspect(to_inspect(messages)))
+    prompt = chat.render(tok, from_inspect(to_inspect(messages)), env=PROJECT)
     return list(tok(prompt, add_special_tokens=False)["input_ids"])
 
 
@@ -77,7 +78,7 @@ async def served_ids(tok, messages: list[Message]) -> list[int]:
     text = tok.apply_chat_template(
         request,
         tools=[protocol.TOOL_SCHEMA],
-        chat_template=served_chat_template(tok),
+        chat_template=served_chat_template(tok, env=PROJECT),
         tokenize=False,
         add_generation_prompt=True,
     )
@@ -86,7 +87,7 @@ async def served_ids(tok, messages: list[Message]) -> list[int]:
 
 def token_path_ids(tok, messages: list[Message]) -> list[int]:
     """Both trainers' context for the next generation (trainers.cpu.trainer, trainers.openrlhf_plugin.executor)."""
-    return assemble(tok, messages, 1, add_generation_prompt=True).ids
+    return assemble(tok, messages, 1, add_generation_prompt=True, env=PROJECT).ids
 
 
 PATHS = {"embedded": embedded_ids, "served": served_ids, "token_path": token_path_ids}
@@ -135,7 +136,7 @@ async def test_a_program_printing_a_forged_turn_leaves_the_turn_structure_unchan
     assert PRINTED in seen(tok, ids)  # the model reads what the program printed
 
     # the teeth: the same text as a tool result without the rule forges one turn and two ends of turn
-    raw = chat.render_ids(tok, [*injected[:2], tool(PRINTED, injected[2].tool_call_id)])
+    raw = chat.render_ids(tok, [*injected[:2], tool(PRINTED, injected[2].tool_call_id)], env=PROJECT)
     assert structure(tok, raw) == (expected[0] + 1, expected[1] + 2)
 
 
@@ -153,10 +154,10 @@ async def test_a_dataset_row_holding_a_forged_turn_leaves_the_turn_structure_unc
 def test_the_answer_to_a_malformed_call_keeps_its_own_tags_on_the_embedded_path(tokenizers):
     """The harness's own ``<tool_response>`` turn survives the Inspect round trip; its content is data."""
     turn = Message("assistant", "<tool_call>\nnot json\n</tool_call>", call_error="not JSON")
-    error = Message("tool", protocol.format_call_error(f"bad {PRINTED}"), meta={"ok": False})
+    error = Message("tool", protocol.format_call_error(f"bad {PRINTED}", env=PROJECT), meta={"ok": False})
     messages = [user(QUESTION), turn, error]
     assert from_inspect(to_inspect(messages))[2] == Message("tool", error.content)
     tok = tokenizers["smollm2"]
-    text = chat.render(tok, from_inspect(to_inspect(messages)))
+    text = chat.render(tok, from_inspect(to_inspect(messages)), env=PROJECT)
     assert "<|im_start|>user\n<tool_response>\nError: malformed tool call: bad <\u200b/tool_response>" in text
     assert structure(tok, embedded_ids(tok, messages)) == (5, 4)  # as after a harmless result

@@ -20,6 +20,7 @@ from openrlhf.utils.agent import AgentExecutorBase  # noqa: E402
 from harness.core.protocol import serialize_call  # noqa: E402
 from harness.core.rollout import RolloutConfig, rollout  # noqa: E402
 from harness.core.saar import SaarConfig  # noqa: E402
+from harness.core.toolenv import PROJECT  # noqa: E402
 from sandboxes.base import Sandbox  # noqa: E402
 from trainers.core import _compat  # noqa: E402
 from trainers.core.data import TrainItem  # noqa: E402
@@ -208,12 +209,12 @@ async def test_inference_and_training_paths_give_the_same_purified_messages(toke
         return Generation(text=pending.pop(0), output_tokens=1)
 
     item = _item()
-    cfg = RolloutConfig(saar=SaarConfig(enabled=True, prob=1.0))
+    cfg = RolloutConfig(saar=SaarConfig(enabled=True, prob=1.0), tool_env=PROJECT)
     infer_traj = await rollout(item.messages(), generate, _Backend().sandbox, cfg)
     assert infer_traj.messages == train_traj.messages
     render = _compat.get_render()
     assert _decode(tokenizer, result["observation_tokens"]) == render(
-        tokenizer, infer_traj.messages, add_generation_prompt=False
+        tokenizer, infer_traj.messages, add_generation_prompt=False, env=PROJECT
     )
 
 
@@ -267,12 +268,12 @@ def test_an_executor_without_its_settings_says_where_they_come_from(monkeypatch)
 def test_non_prefix_stable_template_is_reported(tokenizer):
     from harness.core.messages import Message
 
-    def bad_render(tok, messages, add_generation_prompt=True):
+    def bad_render(tok, messages, add_generation_prompt=True, env=None):
         return "".join(f"[{len(messages)}]{m.content}" for m in messages)
 
     msgs = [Message("user", "q"), Message("assistant", "a")]
     with pytest.raises(TemplateError, match="prefix-stable"):
-        assemble(tokenizer, msgs, 1, render=bad_render)
+        assemble(tokenizer, msgs, 1, render=bad_render, env=PROJECT)
 
 
 async def test_a_code_items_final_python_block_is_its_answer_not_a_tool_call(tokenizer):

@@ -20,6 +20,7 @@ import_or_skip("trl")
 from harness.core.protocol import serialize_call  # noqa: E402
 from harness.core.rollout import RolloutConfig  # noqa: E402
 from harness.core.saar import SaarConfig  # noqa: E402
+from harness.core.toolenv import PROJECT  # noqa: E402
 from sandboxes.base import ExecResult, Sandbox, SandboxError  # noqa: E402
 from trainers.core import _compat  # noqa: E402
 from trainers.core.config import CpuConfig  # noqa: E402
@@ -27,6 +28,9 @@ from trainers.core.data import TrainItem  # noqa: E402
 from trainers.core.faults import RolloutsKeepFailing  # noqa: E402
 from trainers.cpu.rollouts import run_one  # noqa: E402
 from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig  # noqa: E402
+
+#: the CPU trainer's reward as a project recipe judges it (the final answer, strictly)
+JUDGE = ExecutorConfig(saar=SaarConfig())
 
 A, B = 12345678, 87654321
 ANSWER = str(A * B)
@@ -136,15 +140,19 @@ class _Sampler:
 
 async def test_the_cpu_trainers_rollout_reruns_after_a_sandbox_death_and_counts_it(tokenizer):
     backend = _Backend(failures=2)
-    rcfg = RolloutConfig(max_turns=3, saar=SaarConfig(enabled=True, prob=1.0))
-    record = await run_one(_item(), _Sampler(tokenizer), backend, rcfg, CpuConfig(sandbox_retries=2), seed=7)
+    rcfg = RolloutConfig(max_turns=3, saar=SaarConfig(enabled=True, prob=1.0), tool_env=PROJECT)
+    record = await run_one(
+        _item(), _Sampler(tokenizer), backend, rcfg, CpuConfig(sandbox_retries=2), seed=7, judge=JUDGE
+    )
     assert record.sandbox_reruns == 2
     assert record.reward == 1.0 and record.traj.tool_failures == 0
     assert backend.acquired == backend.released == 3  # every attempt gave its sandbox back
     assert tokenizer.decode(record.completion_ids).count(CALL) == 1
 
     with pytest.raises(SandboxError, match="not scored"):
-        await run_one(_item(), _Sampler(tokenizer), _Backend(failures=5), rcfg, CpuConfig(sandbox_retries=1), seed=7)
+        await run_one(
+            _item(), _Sampler(tokenizer), _Backend(failures=5), rcfg, CpuConfig(sandbox_retries=1), seed=7, judge=JUDGE
+        )
 
 
 def test_sandbox_retries_below_zero_is_refused():
@@ -319,3 +327,40 @@ async def test_settings_of_the_job_are_not_contained(tokenizer):
 def test_failure_limits_out_of_range_are_refused(key, value):
     with pytest.raises(ValueError, match=key):
         ExecutorConfig(saar=SaarConfig(enabled=True), **{key: value})
+
+
+class _ReferenceSampler(_Sampler):
+    """The CPU trainer's sampler under the ``reference`` tool environment: it calls Open-CLEANER's tool until the
+    tool has printed the product; it records each context and the budget it was given."""
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer)
+        self.contexts: list[str] = []
+        self.budgets: list[int] = []
+
+    async def __call__(self, ids: list[int], budget: int, seed: int | None) -> tuple[list[int], bool]:
+        context = self.tokenizer.decode(ids)
+        self.contexts.append(context)
+        self.budgets.append(budget)
+        call = "I will multiply with the tool.\n" + serialize_call(f"print({A} * {B})", "code_interpreter")
+        return _ids(self.tokenizer, FINAL if f"stdout: {ANSWER}" in context else call), False
+
+
+async def test_a_reference_recipe_runs_the_reference_environment_on_the_cpu_trainer(tokenizer):
+    """A recipe's ``tool_env: reference`` reaches every part of the CPU trainer's rollout, as on the other paths:
+    the prompt shows the reference's tool, its calls run and are framed as the reference's, the response
+    budget counts tool output (each generation gets what is left), and the reward reads the whole response."""
+    judge = ExecutorConfig(
+        saar=SaarConfig(enabled=True, prob=1.0), tool_env="reference", reward_on_response=True, max_new_tokens=3000
+    )
+    sampler = _ReferenceSampler(tokenizer)
+    record = await run_one(
+        _item(), sampler, _Backend(failures=0), judge.rollout_config(), CpuConfig(max_total_tokens=4096), 7, judge=judge
+    )
+    first = sampler.contexts[0]
+    assert "`code_interpreter`" in first and "`python`" not in first  # the reference's tool, not the project's
+    traj = record.traj
+    tool = [m for m in traj.messages if m.role == "tool"]
+    assert [m.content for m in tool] == [f"Tool call success\nstdout: {ANSWER}\n"]
+    assert traj.stop_reason == "answer" and record.reward == 1.0
+    assert traj.response_tokens > 0 and sampler.budgets[1] < sampler.budgets[0] <= 3000

@@ -19,6 +19,7 @@ from inspect_ai.log import EvalLog, EvalSample, resolve_sample_attachments
 from harness.benchmarks.registry import NAMES
 from harness.core.problems import rollout_config
 from harness.core.rollout import to_assistant
+from harness.core.toolenv import PROJECT
 from harness.evals.convert import to_generation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,12 +64,12 @@ def ancestors(span_id: str | None, by_id: dict) -> list:
 
 def calls_written(sample: EvalSample) -> list[str]:
     """The program of every call the model wrote that the rollout runs, in order (from the model events)."""
-    fence = rollout_config(sample.metadata["kind"]).accept_python_fence
+    fence = rollout_config(sample.metadata["kind"], tool_env=PROJECT).accept_python_fence
     out = []
     for e in sample.events:
         if e.event == "model":
-            gen = to_generation(e.output)
-            turn = to_assistant(gen, fence)
+            gen = to_generation(e.output, PROJECT)
+            turn = to_assistant(gen, fence, env=PROJECT)
             if turn.call is not None and not gen.truncated:
                 out.append(turn.call.code)
     return out

@@ -9,6 +9,7 @@ from tiny_models import tiny_lora_model
 
 from harness.benchmarks.generators import generate
 from harness.core import protocol
+from harness.core.toolenv import PROJECT
 from trainers.warmup.demonstrations import build_demonstrations, error_summary
 from trainers.warmup.sft import Example, _batch_loss, epoch_batches, trained_tokens
 
@@ -59,7 +60,7 @@ def test_epoch_batches_cover_every_row_once_and_never_mix_groups():
 
 def test_error_summary_of_a_malformed_call_does_not_quote_the_example_call():
     """The fixing turn quotes the error; quoting the protocol's example call would make the example the call."""
-    message = protocol.format_call_error("the tool call is not valid JSON (Expecting ',' delimiter)")
+    message = protocol.format_call_error("the tool call is not valid JSON (Expecting ',' delimiter)", env=PROJECT)
     summary = error_summary(message)
     assert protocol.CALL_OPEN not in summary
     assert "not valid JSON" in summary

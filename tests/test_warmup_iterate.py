@@ -22,6 +22,7 @@ from harness.core.metrics import Regenerations, is_repeat
 from harness.core.problems import rollout_config
 from harness.core.rollout import rollout
 from harness.core.saar import SaarConfig, SaarEvent
+from harness.core.toolenv import PROJECT
 from harness.engines.models import ADAPTERS_DIR, TOOLS_NAME
 from trainers.warmup.artifacts import host
 from trainers.warmup.iterate import (
@@ -71,8 +72,8 @@ async def sampled(box, *turns: str, saar: bool, answer: str = "42", seed: int = 
     from trainers.core.data import item_from_problem
     from trainers.core.reward import compute_reward
 
-    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=saar, max_retries=2))
-    recorder = Recorder(Script(*turns), config.accept_python_fence)
+    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=saar, max_retries=2), tool_env=PROJECT)
+    recorder = Recorder(Script(*turns), config)
     traj = await rollout([Message("user", PROBLEM.prompt())], recorder, box, config, seed=seed)
     outcome = await compute_reward(item_from_problem(PROBLEM), traj.final_text, box)
     return Sampled(PROBLEM, traj, outcome.correct, recorder.by_seed)
@@ -145,7 +146,7 @@ async def test_the_search_keeps_a_different_call_that_runs_after_a_failure_saar_
     from sandboxes.backends import get_backend
     from trainers.warmup.search import failure_points, search_corrections, uncorrected
 
-    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2))
+    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2), tool_env=PROJECT)
     stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
     purified = await sampled(box, call(BROKEN), call(RIGHT), "\\boxed{42}", saar=True)
     assert stuck.trajectory.events and not any(e.ok for e in stuck.trajectory.events)
@@ -187,7 +188,7 @@ async def test_distillation_puts_the_generators_program_after_each_failure_saar_
     from trainers.warmup.reference import reference_corrections
     from trainers.warmup.search import failure_points
 
-    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2))
+    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2), tool_env=PROJECT)
     stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
     purified = await sampled(box, call(BROKEN), call(RIGHT), "\\boxed{42}", saar=True)
     defective = GeneratedProblem("t-0-0001-modular", "modular", "What is 7 * 6?", "42", "print(seven * 6)")
@@ -216,7 +217,7 @@ async def test_distillation_with_finish_goes_on_to_the_programs_output_and_the_a
     from trainers.warmup.reference import reference_corrections
     from trainers.warmup.search import failure_points
 
-    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2))
+    config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2), tool_env=PROJECT)
     stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
     wrong = GeneratedProblem("t-0-0002-modular", "modular", "What is 7 * 6?", "42", "print(7 * 7)")
     backend = get_backend("local")

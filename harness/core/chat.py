@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core.messages import Message, to_openai
 from harness.core.protocol import CALL_CLOSE, serialize_call
-from harness.core.toolenv import PROJECT, ToolEnv
+from harness.core.toolenv import ToolEnv
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -32,7 +32,7 @@ END_OF_TURN_MARKERS = ("<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>", "
 _TOOLS_IN_TEMPLATE = re.compile(r"\btools\b|\btool_calls\b")
 
 
-def tool_system_prompt(env: ToolEnv = PROJECT) -> str:
+def tool_system_prompt(env: ToolEnv) -> str:
     """How to call the python tool, for models whose chat template has no tool support.
 
     The Inspect face may put this into its system message; :func:`render` adds it only
@@ -68,12 +68,15 @@ def supports_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 
 def conversation(
-    tokenizer: PreTrainedTokenizerBase, messages: list[Message], *, tools: bool = True, env: ToolEnv = PROJECT
+    tokenizer: PreTrainedTokenizerBase, messages: list[Message], *, env: ToolEnv | None, tools: bool = True
 ) -> tuple[list[dict[str, Any]], bool]:
     """The OpenAI-style messages handed to the template, and whether tools are passed natively.
 
-    ``tools=False`` leaves the tool description out (calls in the history are still rendered).
+    ``tools=False`` leaves the tool description out (calls in the history are still rendered); ``env`` (the
+    tool environment whose tool is described) may then be None, and must not otherwise.
     """
+    if tools and env is None:
+        raise ValueError("rendering a prompt with the tool needs its tool environment (env=)")
     if not messages:
         raise ValueError("cannot render an empty trajectory: at least one message is needed")
     if supports_tools(tokenizer):
@@ -81,6 +84,7 @@ def conversation(
     conv = to_openai(messages, inline_calls=True)
     if not tools:
         return conv, False
+    assert env is not None
     prompt = tool_system_prompt(env)
     if conv[0]["role"] == "system":
         content = conv[0]["content"]
@@ -95,18 +99,18 @@ def render(
     tokenizer: PreTrainedTokenizerBase,
     messages: list[Message],
     *,
+    env: ToolEnv | None,
     add_generation_prompt: bool = True,
     tools: bool = True,
-    env: ToolEnv = PROJECT,
 ) -> str:
     """The prompt text of ``messages`` under the model's own chat template.
 
     With ``add_generation_prompt`` the text ends where the next assistant turn begins.
     ``tools=False`` renders without the python tool's description (for tool-less prompts);
-    ``env`` is the tool environment whose schema is shown.
+    ``env`` is the tool environment whose schema is shown (None only with ``tools=False``).
     """
     conv, native = conversation(tokenizer, messages, tools=tools, env=env)
-    kwargs: dict[str, Any] = {"tools": [env.schema()]} if native else {}
+    kwargs: dict[str, Any] = {"tools": [env.schema()]} if native and env is not None else {}
     text = tokenizer.apply_chat_template(conv, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
     if not isinstance(text, str):  # some tokenizers return a list for batched input
         raise TypeError(f"chat template returned {type(text).__name__}, expected str")
@@ -117,9 +121,9 @@ def render_ids(
     tokenizer: PreTrainedTokenizerBase,
     messages: list[Message],
     *,
+    env: ToolEnv | None,
     add_generation_prompt: bool = True,
     tools: bool = True,
-    env: ToolEnv = PROJECT,
 ) -> list[int]:
     """The token ids of :func:`render`'s text (special tokens come from the template, none are added)."""
     text = render(tokenizer, messages, add_generation_prompt=add_generation_prompt, tools=tools, env=env)
@@ -136,11 +140,11 @@ def tool_result_counter(tokenizer: PreTrainedTokenizerBase) -> Callable[[str], i
     once, here, not at every count.
     """
     before = [Message("user", "?"), Message("assistant", "!")]
-    head = render_ids(tokenizer, before, add_generation_prompt=False, tools=False)
+    head = render_ids(tokenizer, before, env=None, add_generation_prompt=False, tools=False)
 
     def count(content: str) -> int:
         after = [*before, Message("tool", content)]  # no call id: rendered as Qwen renders a tool result
-        whole = render_ids(tokenizer, after, add_generation_prompt=True, tools=False)
+        whole = render_ids(tokenizer, after, env=None, add_generation_prompt=True, tools=False)
         if whole[: len(head)] != head:
             raise ValueError("the chat template renders a tool result by changing the turns before it; cannot count")
         return len(whole) - len(head)

@@ -14,6 +14,9 @@ from typing import Any, Literal
 from harness.core.protocol import TOOL_NAME, ToolCall, as_data, serialize_call
 
 Role = Literal["system", "user", "assistant", "tool"]
+#: The meta keys of a failed call kept as written: the call to the end of the turn, and where it starts in the
+#: content (:func:`harness.core.protocol.parse_turn` under a profile that repairs calls).
+FAILED_CALL_KEYS = ("call_raw", "call_start")
 
 
 @dataclass(frozen=True)
@@ -32,8 +35,24 @@ class Message:
         counts its own reasoning's tokens plus those, not the replaced turn's total.
         """
         reasoning = self.reasoning_tokens
-        meta = {**self.meta, "tokens": reasoning + call_tokens, "reasoning_tokens": reasoning}
-        return replace(self, call=call, call_error=None, meta=meta)
+        meta = {k: v for k, v in self.meta.items() if k not in FAILED_CALL_KEYS}
+        meta |= {"tokens": reasoning + call_tokens, "reasoning_tokens": reasoning}
+        return replace(self, content=self.reasoning_text, call=call, call_error=None, meta=meta)
+
+    def with_failed_call(self, other: Message) -> Message:
+        """This turn's reasoning with the failed call of ``other`` as written (a shallow replacement under a
+        profile that keeps failed calls as written: ``other.meta["call_raw"]``)."""
+        reasoning, written = self.reasoning_text, other.content[other.meta["call_start"] :]
+        meta = {**self.meta, "tokens": self.reasoning_tokens + other.call_tokens}
+        meta |= {"reasoning_tokens": self.reasoning_tokens, "call_raw": other.meta["call_raw"]}
+        meta["call_start"] = len(reasoning)
+        return replace(self, content=reasoning + written, call=None, call_error=other.call_error, meta=meta)
+
+    @property
+    def reasoning_text(self) -> str:
+        """The turn's text before its call (a failed call kept as written is cut off; see ``with_failed_call``)."""
+        start = self.meta.get("call_start")
+        return self.content if self.call is not None or start is None else self.content[:start]
 
     @property
     def tokens(self) -> int:

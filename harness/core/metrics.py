@@ -45,7 +45,7 @@ class Finished(Protocol):
 
 
 #: SAAR actions, in the order tables show them (see :class:`harness.core.saar.SaarEvent`).
-ACTIONS = ("shallow", "deep", "no_call", "length", "exhausted", "cap")
+ACTIONS = ("shallow", "deep", "no_call", "length", "max_turns", "exhausted", "cap")
 
 
 def rate(part: float, whole: float) -> float:

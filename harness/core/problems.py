@@ -40,9 +40,11 @@ def python_fence_is_call(kind: Kind) -> bool:
 def rollout_config(kind: Kind, base: RolloutConfig | None = None, **fields: Any) -> RolloutConfig:
     """The rollout configuration for a problem of ``kind``.
 
-    ``base`` (default: :class:`RolloutConfig`'s defaults) and ``fields`` give the limits and the
-    SAAR settings; the parse mode always comes from the kind and cannot be overridden.
+    ``base`` and ``fields`` give the limits, the SAAR settings and the tool environment (without ``base``,
+    ``fields`` must name ``tool_env``: there is no default profile); the parse mode always comes from the
+    kind and cannot be overridden.
     """
     if "accept_python_fence" in fields:
         raise ValueError("accept_python_fence follows the problem kind; it is not set by hand")
-    return replace(base or RolloutConfig(), **fields, accept_python_fence=python_fence_is_call(kind))
+    config = replace(base, **fields) if base is not None else RolloutConfig(**fields)
+    return replace(config, accept_python_fence=python_fence_is_call(kind))

@@ -8,14 +8,15 @@ A call is written by the model as::
 
 This module is the only place that knows that form, and the one place that frames a result
 for the model. What a call may look like, how it is read and how its result is shown depend on
-the tool environment (:class:`~harness.core.toolenv.ToolEnv`); every function takes one and
-defaults to the ``project`` profile. Under ``project`` it is lenient in what it accepts
-(any of the profile's tool names, arguments as a JSON string, a fenced ``json`` block, optionally
-a fenced ``python`` block) and strict in what it executes: a call must name the tool and carry a
-string ``code``, and only the first call of a turn runs. A malformed call becomes a
-:class:`ParsedTurn` with ``error`` set, which the rollout answers with a tool error instead of
-crashing. Under ``reference`` only ``<tool_call>`` tags are read, their JSON is repaired, and a
-call that still cannot be read is no call.
+the tool environment (:class:`~harness.core.toolenv.ToolEnv`); every function takes one, with
+no default, so a caller that forgets it fails instead of running the ``project`` profile.
+
+Under ``project`` it is lenient in what it accepts (any of the profile's tool names, arguments as
+a JSON string, a fenced ``json`` block, optionally a fenced ``python`` block) and strict in what it
+executes: a call must name the tool and carry a string ``code``, and only the first call of a turn
+runs. A malformed call becomes a :class:`ParsedTurn` with ``error`` set, which the rollout answers
+with a tool error instead of crashing. Under ``reference`` only ``<tool_call>`` tags are read, their
+JSON is repaired, and the first call that can be read runs (:func:`_repaired_turn`).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def serialize_object(call: dict[str, Any]) -> str:
     return f"{CALL_OPEN}\n{json.dumps(call, ensure_ascii=False)}\n{CALL_CLOSE}"
 
 
-def _call_from_json(text: str, raw: str, call_id: str, env: ToolEnv = PROJECT) -> tuple[ToolCall | None, str | None]:
+def _call_from_json(text: str, raw: str, call_id: str, env: ToolEnv) -> tuple[ToolCall | None, str | None]:
     """Validate a JSON call object; return the call or a message saying what is wrong."""
     body = text.strip()
     fence = _FENCE.fullmatch(body)
@@ -110,12 +111,15 @@ def _call_from_json(text: str, raw: str, call_id: str, env: ToolEnv = PROJECT) -
 
 
 def _repaired_call(text: str, raw: str, call_id: str, env: ToolEnv) -> tuple[ToolCall | None, str | None] | None:
-    """A call read as Open-CLEANER reads one (verl's Hermes parser, ``tool_parser.py`` lines 76-107, then
-    ``tool_agent_loop.py``'s ``_call_tool``, commit 91e40ad); None when there is no call to read.
+    """One pair of tags read as Open-CLEANER reads it (commit 91e40ad); None when the parser drops it.
 
-    The JSON is repaired (json_repair); a value that is not an object with ``name`` and ``arguments`` is
-    no call. A call of another tool, or whose arguments are not an object, is a failed call
-    (:data:`REFERENCE_FORMAT_ERROR`); arguments without ``code`` run an empty program.
+    verl's Hermes parser (``verl/verl/experimental/agent_loop/tool_parser.py`` lines 94-101) repairs the JSON
+    (json_repair) and keeps ``name`` and ``arguments`` in a pydantic ``FunctionCall`` whose ``name`` is a
+    ``str``: a value that is not an object with both, or a name that is not a string, is dropped. The agent
+    loop's ``_call_tool`` (``tool_agent_loop.py`` lines 678-711) answers :data:`REFERENCE_FORMAT_ERROR` to a
+    call of another tool and to arguments that are not an object; the tool (``recipe/cleaner/code_judge_tool.py``
+    line 188) runs ``code`` (an empty program without it), and a ``code`` that is not a string fails in
+    ``code_judge_utils.py``'s ``generate_tool_call_code`` (line 416, ``.encode()``), which is a format error too.
     """
     import json_repair
 
@@ -124,34 +128,51 @@ def _repaired_call(text: str, raw: str, call_id: str, env: ToolEnv) -> tuple[Too
         name, args = obj["name"], obj["arguments"]
     except Exception:  # json_repair's own errors, a str or list value, a missing key: the parser drops the call
         return None
-    if name not in env.aliases or not isinstance(args, dict):
+    if not isinstance(name, str):
+        return None
+    if name not in env.aliases or not isinstance(args, dict) or not isinstance(args.get("code", ""), str):
         return None, REFERENCE_FORMAT_ERROR
-    code = args.get("code", "")
-    return ToolCall(code=code if isinstance(code, str) else str(code), raw=raw, id=call_id, name=env.tool_name), None
+    return ToolCall(code=args.get("code", ""), raw=raw, id=call_id, name=env.tool_name), None
 
 
-def parse_turn(
-    text: str, *, accept_python_fence: bool = True, call_id: str = "call_0", env: ToolEnv = PROJECT
-) -> ParsedTurn:
+_CALL_PAIR = re.compile(re.escape(CALL_OPEN) + "(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
+
+
+def _repaired_turn(text: str, call_id: str, env: ToolEnv) -> ParsedTurn:
+    """A turn read under a profile that repairs calls (``reference``; verl's Hermes parser,
+    ``tool_parser.py`` lines 88-101): a turn without both tags has no call; every pair of tags is read
+    (:func:`_repaired_call`), the pairs the parser drops are left out, and the first call left runs. None
+    left: no call, the turn is the answer, as written.
+
+    Whatever runs, the turn's call span, as the reference's SAAR compares it, runs from the first opening
+    tag to the end of the turn, its end-of-turn token included (``tool_agent_loop.py`` lines 1040-1114:
+    the tokens from the first one whose text holds the tag, decoded with special tokens; compared at line
+    908); a failed call keeps it in ``meta["call_raw"]``, so that SAAR compares it too.
+    """
+    start = text.find(CALL_OPEN)
+    if start < 0 or CALL_CLOSE not in text:
+        return ParsedTurn(text)
+    raw = text[start:] + env.turn_end
+    pairs = list(_CALL_PAIR.finditer(text))
+    reads = [r for r in (_repaired_call(m.group(1), raw, call_id, env) for m in pairs) if r is not None]
+    if not reads:
+        return ParsedTurn(text, meta={"unread_call": pairs[0].group(0)} if pairs else {})
+    call, error = reads[0]
+    meta = {"call_raw": raw} if call is None else {}
+    return ParsedTurn(text[:start], call, error, "hermes", extra_calls=len(reads) - 1, meta=meta)
+
+
+def parse_turn(text: str, *, env: ToolEnv, accept_python_fence: bool = True, call_id: str = "call_0") -> ParsedTurn:
     """Split an assistant message into reasoning and (at most) one executable call.
 
     Order of precedence: Hermes ``<tool_call>`` tags, then (``project`` only) a fenced ``json``
     block holding a call object, then (``project`` and ``accept_python_fence``) the first fenced
-    ``python`` block. Text with none of these is a turn without a call (an answer). Under a profile
-    that repairs calls (``reference``: :func:`_repaired_call`), only the first complete pair of tags is
-    read, and a call that cannot be read makes a turn without a call, its text as written.
+    ``python`` block. Text with none of these is a turn without a call (an answer). A profile that
+    repairs calls (``reference``) reads its turns as :func:`_repaired_turn` says.
     """
-    start = text.find(CALL_OPEN)
     if env.parse == "repair":
-        end = text.find(CALL_CLOSE, start)
-        if start < 0 or end < 0:  # both tags or no call
-            return ParsedTurn(text)
-        # the call as the reference's SAAR compares it: from its opening tag to the end of the turn
-        read = _repaired_call(text[start + len(CALL_OPEN) : end], text[start:], call_id, env)
-        if read is None:
-            return ParsedTurn(text, meta={"unread_call": text[start : end + len(CALL_CLOSE)]})
-        rest = text[end + len(CALL_CLOSE) :]
-        return ParsedTurn(text[:start], read[0], read[1], "hermes", extra_calls=rest.count(CALL_OPEN))
+        return _repaired_turn(text, call_id, env)
+    start = text.find(CALL_OPEN)
     if start >= 0:
         reasoning = text[:start]
         end = text.find(CALL_CLOSE, start)
@@ -255,8 +276,8 @@ def format_result(
     stdout: str,
     stderr: str,
     error_kind: str | None,
+    env: ToolEnv,
     limit: int = 256,
-    env: ToolEnv = PROJECT,
 ) -> str:
     """The text the model sees for one execution (identical in evaluation and training).
 
@@ -294,7 +315,7 @@ def _reference_result(*, ok: bool, stdout: str, stderr: str, error_kind: str | N
     return as_data(text)
 
 
-def format_call_error(message: str, env: ToolEnv = PROJECT) -> str:
+def format_call_error(message: str, *, env: ToolEnv) -> str:
     """The tool response to a call that could not be executed at all (``message`` is data; the form shown is not)."""
     if env.framing == "reference":
         return REFERENCE_FORMAT_ERROR
@@ -304,7 +325,7 @@ def format_call_error(message: str, env: ToolEnv = PROJECT) -> str:
     )
 
 
-def retry_note(attempts: int, env: ToolEnv = PROJECT, retries: int | None = None) -> str:
+def retry_note(attempts: int, *, env: ToolEnv, retries: int | None = None) -> str:
     """Appended to the error of a turn whose SAAR retries are exhausted (``attempts`` calls, ``retries`` of them
     regenerations)."""
     if env.framing == "reference":  # tool_agent_loop.py, _handle_max_retry_exceeded: counts the retries

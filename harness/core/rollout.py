@@ -20,7 +20,7 @@ from harness.core import echo_runner, protocol, seeds
 from harness.core.messages import Generation, Message
 from harness.core.metrics import TrajectoryMetrics
 from harness.core.saar import SaarConfig, SaarEvent, Spans, no_spans, rollback
-from harness.core.toolenv import PROJECT, ToolEnv
+from harness.core.toolenv import ToolEnv
 from sandboxes.base import NONZERO_EXIT, ExecResult, Sandbox, SandboxError
 
 StopReason = Literal["answer", "max_turns", "length", "token_budget", "running"]
@@ -49,16 +49,26 @@ class RolloutConfig:
     max_turns: int = 16  #: assistant turns kept in the trajectory (CLEANER: 16)
     #: the trajectory's token budget: generated tokens kept, or every response token (``tool_env.budget``)
     max_total_tokens: int | None = None
-    timeout: float = PROJECT.timeout  #: seconds per tool call
-    output_chars: int = PROJECT.output_chars  #: characters of tool output shown to the model (middle cut)
+    timeout: float | None = None  #: seconds per tool call (None: the tool environment's)
+    #: characters of tool output shown to the model, cut in the middle (None: the tool environment's)
+    output_chars: int | None = None
     accept_python_fence: bool = True  #: a bare ```python block is a call; set by harness.core.problems (off for code)
     saar: SaarConfig = field(default_factory=SaarConfig)
-    tool_env: ToolEnv = PROJECT  #: the tool's schema, call parsing, execution and result framing
+    #: the tool's schema, call parsing, execution and result framing; always stated (no default profile)
+    tool_env: ToolEnv = field(kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tool_env, ToolEnv):
+            raise TypeError(f"RolloutConfig.tool_env must be a ToolEnv (harness.core.toolenv), got {self.tool_env!r}")
+        if self.timeout is None:
+            object.__setattr__(self, "timeout", self.tool_env.timeout)
+        if self.output_chars is None:
+            object.__setattr__(self, "output_chars", self.tool_env.output_chars)
 
     @property
     def response_budget(self) -> bool:
         """Whether ``max_total_tokens`` counts every response token and caps each generation."""
-        return self.tool_env.budget == "response" and self.max_total_tokens is not None
+        return self.tool_env.counts_response and self.max_total_tokens is not None
 
 
 @dataclass
@@ -150,6 +160,10 @@ class RolloutState:
         return self.config.tool_env
 
     @property
+    def max_turns(self) -> int:
+        return self.config.max_turns
+
+    @property
     def assistant_turns(self) -> int:
         return sum(1 for m in self.messages if m.role == "assistant")
 
@@ -172,7 +186,8 @@ class RolloutState:
         self.tokens_generated += gen.output_tokens
         self.generations += 1
         env = self.config.tool_env
-        return gen, to_assistant(gen, self.config.accept_python_fence, call_id=f"call_{self.generations}", env=env)
+        call_id = f"call_{self.generations}"
+        return gen, to_assistant(gen, env=env, accept_python_fence=self.config.accept_python_fence, call_id=call_id)
 
     def budget_left(self, context: list[Message]) -> int | None:
         """Response tokens the next generation may take after ``context`` (None: no response budget)."""
@@ -236,7 +251,7 @@ def reasoning_share(gen: Generation, reasoning: str) -> int:
 
 
 def to_assistant(
-    gen: Generation, accept_python_fence: bool = True, call_id: str = "call_1", env: ToolEnv = PROJECT
+    gen: Generation, *, env: ToolEnv, accept_python_fence: bool = True, call_id: str = "call_1"
 ) -> Message:
     """The assistant message for a generation, with its call parsed natively or from text.
 
@@ -247,7 +262,7 @@ def to_assistant(
         call = gen.tool_calls[0]
         meta = {"form": "native", "tokens": gen.output_tokens, "reasoning_tokens": reasoning_share(gen, gen.text)}
         return Message("assistant", gen.text, call=call, meta=meta)
-    parsed = protocol.parse_turn(gen.text, accept_python_fence=accept_python_fence, call_id=call_id, env=env)
+    parsed = protocol.parse_turn(gen.text, env=env, accept_python_fence=accept_python_fence, call_id=call_id)
     if parsed.call is None and parsed.error is None:
         meta: dict[str, Any] = {"tokens": gen.output_tokens}
         if "unread_call" in parsed.meta:  # a call the profile cannot read is no call: the turn is the answer
@@ -256,6 +271,9 @@ def to_assistant(
     # a malformed call keeps the text as written: there is no call to re-serialize it from
     content = parsed.reasoning if parsed.call is not None else gen.text
     meta = {"form": parsed.form, "tokens": gen.output_tokens, "reasoning_tokens": reasoning_share(gen, content)}
+    if "call_raw" in parsed.meta:  # a failed call SAAR compares as written: its reasoning is what precedes it
+        meta |= {"call_raw": parsed.meta["call_raw"], "call_start": len(parsed.reasoning)}
+        meta["reasoning_tokens"] = reasoning_share(gen, parsed.reasoning)
     return Message("assistant", content, call=parsed.call, call_error=parsed.error, meta=meta)
 
 

@@ -12,13 +12,15 @@ when a call fails. The behaviour follows the reference implementation
 * Granularity: ``difflib.SequenceMatcher(None, old, new).ratio()`` between the
   failed call and the new one. ``ratio >= gamma``: *shallow*, the installed turn
   keeps its reasoning and takes the new call. Otherwise, or when a turn has no
-  parsable call: *deep*, the regenerated turn replaces the whole turn.
+  call to compare (:func:`call_text`): *deep*, the regenerated turn replaces the whole turn.
 * Exhausted retries: the last error stays as an ordinary tool result (with a note
   from 2 retries on) and rollback is off for the rest of the trajectory. A
   regenerated turn without a call: the error and that turn stay, rollback off.
   A regenerated turn that hit the length limit: the state before the error is
-  restored and the rollout ends. ``max_attempts`` tool calls per trajectory turn
-  rollback off, with a ``cap`` event (checked here only, before every regeneration).
+  restored and the rollout ends; so does a regeneration that reaches ``max_turns``, under a
+  profile that counts it as a turn (``regeneration_is_turn``: the reference's).
+  ``max_attempts`` tool calls per trajectory turn rollback off, with a ``cap`` event (checked
+  here only, before every regeneration).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from harness.core.messages import Generation, Message
 from harness.core.toolenv import ToolEnv
 
 Similarity = Literal["code", "call"]
-Action = Literal["shallow", "deep", "no_call", "length", "exhausted", "cap"]
+Action = Literal["shallow", "deep", "no_call", "length", "max_turns", "exhausted", "cap"]
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,7 @@ class RollbackState(Protocol):
     @property
     def assistant_turns(self) -> int: ...
 
-    def stop(self, reason: Literal["answer", "length"]) -> None: ...
+    def stop(self, reason: Literal["answer", "length", "max_turns"]) -> None: ...
 
     def record(self, event: SaarEvent) -> None: ...
 
@@ -99,6 +101,9 @@ class RollbackState(Protocol):
 
     @property
     def tool_env(self) -> ToolEnv: ...
+
+    @property
+    def max_turns(self) -> int: ...
 
     def tool_message(self, content: str, call_id: str | None, ok: bool, kind: str | None) -> Message: ...
 
@@ -135,20 +140,35 @@ class SaarEvent:
         return asdict(self)
 
 
+def call_text(turn: Message, mode: Similarity = "code") -> str | None:
+    """What SAAR compares of a turn's call: its program (``code``) or the call as written (``call``), which a
+    failed call has when its profile keeps it (``meta["call_raw"]``); None when there is nothing to compare."""
+    if mode == "code":
+        return turn.call.code if turn.call is not None else None
+    return turn.call.raw if turn.call is not None else turn.meta.get("call_raw")
+
+
 def similarity(old: Message, new: Message, mode: Similarity = "code") -> float | None:
-    """Ratio between the calls of two turns, or None when either has no parsed call."""
-    if old.call is None or new.call is None:
+    """Ratio between the calls of two turns (:func:`call_text`), or None when either has none."""
+    a, b = call_text(old, mode), call_text(new, mode)
+    if a is None or b is None:
         return None
-    a, b = (old.call.code, new.call.code) if mode == "code" else (old.call.raw, new.call.raw)
     return difflib.SequenceMatcher(None, a, b).ratio()
 
 
 def replace_turn(installed: Message, regenerated: Message, cfg: SaarConfig) -> tuple[Message, Action, float | None]:
-    """The turn that takes the failed turn's place, and whether that was shallow or deep."""
+    """The turn that takes the failed turn's place, and whether that was shallow or deep.
+
+    A shallow replacement keeps the installed turn's reasoning and takes the regenerated call, or, when that
+    call failed and is kept as written, the failed call (Open-CLEANER's ``_overwrite_last_assistant_turn``,
+    ``tool_agent_loop.py`` lines 884-980: whatever tool it names).
+    """
     ratio = similarity(installed, regenerated, cfg.similarity)
-    if ratio is not None and ratio >= cfg.gamma and regenerated.call is not None:
+    if ratio is None or ratio < cfg.gamma:
+        return regenerated, "deep", ratio
+    if regenerated.call is not None:
         return installed.with_call(regenerated.call, regenerated.call_tokens), "shallow", ratio
-    return regenerated, "deep", ratio
+    return installed.with_failed_call(regenerated), "shallow", ratio
 
 
 async def rollback(state: RollbackState, index: int, error: Message, error_kind: str | None) -> Message | None:
@@ -176,6 +196,12 @@ async def _rollback(
         async with state.spans(f"regeneration {retry}", "regeneration"):
             installed = state.messages[index]
             gen, regenerated = await state.generate_turn([*state.messages[: index + 1], error], turn=turn, retry=retry)
+            if state.tool_env.regeneration_is_turn and turn + 2 >= state.max_turns:
+                # the regeneration is turn ``turn + 2`` of at most ``max_turns``: the state before the error is
+                # restored and the trajectory ends there (tool_agent_loop.py lines 391-397, 846-852)
+                state.record(SaarEvent(turn, retry, "max_turns", error_kind, tokens=gen.output_tokens))
+                state.stop("max_turns")
+                return None
             if gen.truncated:
                 state.record(SaarEvent(turn, retry, "length", error_kind, tokens=gen.output_tokens))
                 state.stop("length")
@@ -210,6 +236,6 @@ async def _rollback(
     state.rollback_on = False
     state.record(SaarEvent(turn, cfg.max_retries + 1, "exhausted", error_kind))
     if cfg.max_retries >= 2:
-        note = protocol.retry_note(cfg.max_retries + 1, state.tool_env, retries=cfg.max_retries)
+        note = protocol.retry_note(cfg.max_retries + 1, env=state.tool_env, retries=cfg.max_retries)
         error = state.tool_message(error.content + note, error.tool_call_id, False, error.meta.get("error_kind"))
     return error

@@ -18,7 +18,9 @@ Two profiles:
     ``tool_parser.py``): a tool ``code_interpreter``, calls read with a lenient JSON repair (a turn
     whose call cannot be read has no call and is the answer), the call's final expression echoed
     (:mod:`harness.core.echo_runner`), ``Tool call success``/``Tool call failure`` framing, SAAR
-    comparing the two calls as written, and a budget of every response token, tool output included.
+    comparing the two calls as written to the end of their turns (every readable or failed call, whatever
+    tool it names), a regeneration that counts as a turn, and a budget of every response token, tool
+    output included.
 
 Its interface strings are facts of that protocol, matched exactly; they are documented where they
 come from (docs/benchmarks.md, "Tool environments").
@@ -61,6 +63,12 @@ class ToolEnv:
     framing: Framing  #: how a result is shown to the model (:func:`harness.core.protocol.frame_result`)
     output_chars: int  #: characters of a result the model sees (cut in the middle)
     similarity: Similarity  #: SAAR's similarity input: the two programs, or the two calls as written
+    #: the text of the token that ends a turn, which a call as written runs to (``ToolCall.raw``, what a
+    #: ``call`` similarity compares): the generated text does not hold it
+    turn_end: str
+    #: whether a SAAR regeneration counts as an assistant turn against ``max_turns``: one that reaches
+    #: the limit then ends the trajectory at the failed turn, before its error (no answer)
+    regeneration_is_turn: bool
     #: "generated": the budget counts generated tokens kept; "response": every response token
     #: (tool output included), and each generation may take only what is left
     budget: Budget
@@ -79,6 +87,11 @@ class ToolEnv:
                 },
             },
         }
+
+    @property
+    def counts_response(self) -> bool:
+        """Whether a token budget counts every response token, tool output included (and caps each generation)."""
+        return self.budget == "response"
 
     def to_dict(self) -> dict[str, Any]:
         """The whole profile, as every log records it."""
@@ -103,6 +116,8 @@ PROJECT = ToolEnv(
     framing="project",
     output_chars=256,
     similarity="code",
+    turn_end="",
+    regeneration_is_turn=False,
     budget="generated",
 )
 
@@ -120,6 +135,8 @@ REFERENCE = ToolEnv(
     framing="reference",
     output_chars=256,
     similarity="call",
+    turn_end="<|im_end|>",  # Qwen3's end of turn (ChatML), the reference's models'
+    regeneration_is_turn=True,
     budget="response",
 )
 
@@ -127,9 +144,15 @@ REFERENCE = ToolEnv(
 PROFILES: dict[str, ToolEnv] = {env.name: env for env in (PROJECT, REFERENCE)}
 
 
-def env_of_tool(tool_name: str | None) -> ToolEnv:
-    """The profile whose tool is called ``tool_name`` (a provider that is handed only the tool); default project."""
-    return next((env for env in PROFILES.values() if env.tool_name == tool_name), PROJECT)
+def env_of_tool(tool_name: str) -> ToolEnv:
+    """The profile whose tool is called ``tool_name`` (a provider that is handed only the tool); a ValueError for
+    a tool no profile has."""
+    for env in PROFILES.values():
+        if env.tool_name == tool_name:
+            return env
+    raise ValueError(
+        f"no tool environment has a tool {tool_name!r}; tools: {', '.join(e.tool_name for e in PROFILES.values())}"
+    )
 
 
 def get_tool_env(name: str | ToolEnv, where: str = "tool_env") -> ToolEnv:

@@ -45,6 +45,7 @@ from unittest import mock
 from harness.core.chat import supports_tools, tool_system_prompt
 from harness.core.messages import tool_response_text
 from harness.core.protocol import CALL_CLOSE, CALL_OPEN
+from harness.core.toolenv import PROJECT, ToolEnv
 from harness.engines.models import cache_dir, file_digest, load_model, resolve_spec, save_to_cache
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def served_target(name: str | None = None, *, dtype: str = "bfloat16") -> tuple[
         import torch
 
         model, tokenizer = load_model(spec, dtype=getattr(torch, dtype))
-        tokenizer.chat_template = served_chat_template(tokenizer)
+        tokenizer.chat_template = served_chat_template(tokenizer, env=PROJECT)  # the served models are the project's
         _sample_as_requested(model.generation_config)
         save_to_cache(model, tokenizer, target)
 
@@ -119,7 +120,7 @@ def _sample_as_requested(config: GenerationConfig) -> None:
     config.top_k = 0
 
 
-def served_chat_template(tokenizer: PreTrainedTokenizerBase) -> str:
+def served_chat_template(tokenizer: PreTrainedTokenizerBase, *, env: ToolEnv) -> str:
     """A chat template that renders an OpenAI request the way :func:`harness.core.chat.render` renders a trajectory.
 
     For a model whose own template knows no tools (SmolLM2's), an OpenAI-compatible server would
@@ -135,7 +136,7 @@ def served_chat_template(tokenizer: PreTrainedTokenizerBase) -> str:
     original = chat_template_source(tokenizer)
     if supports_tools(tokenizer):
         return original
-    prompt = tool_system_prompt()
+    prompt = tool_system_prompt(env)
     before, after = tool_response_text("\x00").split("\x00")
     return (
         "{%- set tool_prompt -%}{% raw %}" + prompt + "{% endraw %}{%- endset -%}\n"

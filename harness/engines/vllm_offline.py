@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core import chat
 from harness.core.messages import Generation, Message
+from harness.core.toolenv import ToolEnv
 from harness.engines.serve import (
     BLOCK_SIZE,
     MAX_MODEL_LEN,
@@ -116,16 +117,18 @@ class OfflineEngine:
         self,
         tokenizer: PreTrainedTokenizerBase,
         *,
+        env: ToolEnv,
         max_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
     ) -> Generate:
-        """The rollout's ``Generate`` on this engine: render the context, sample, stop after a call or the turn."""
+        """The rollout's ``Generate`` on this engine: render the context (with the tool of ``env``), sample, stop
+        after a call or the turn."""
         stops = chat.stop_strings(tokenizer)
 
         async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
             sampled = await self.generate(
-                chat.render_ids(tokenizer, context),
+                chat.render_ids(tokenizer, context, env=env),
                 max_tokens=max_tokens,
                 temperature=temperature,
                 top_p=top_p,

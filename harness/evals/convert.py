@@ -40,7 +40,7 @@ if set(CUT_SHORT) != set(get_args(StopReason)):  # pragma: no cover - an Inspect
     )
 
 
-def tool_info(env: ToolEnv = PROJECT) -> ToolInfo:
+def tool_info(env: ToolEnv) -> ToolInfo:
     """The python tool of ``env`` as Inspect describes tools to providers that call tools natively."""
     function = env.schema()["function"]
     return ToolInfo(
@@ -140,13 +140,13 @@ def _assistant(index: int, m: ChatMessageAssistant) -> Message:
             f"message {index}: tool call {tc.id!r} to {tc.function!r} has no string argument 'code' "
             f"(arguments: {tc.arguments!r})"
         )
-    if protocol.CALL_OPEN in text:
-        text = protocol.parse_turn(text).reasoning
+    if protocol.CALL_OPEN in text:  # the reasoning before the call as written (every profile's)
+        text = text[: text.index(protocol.CALL_OPEN)]
     raw = protocol.serialize_call(code, tc.function)
     return Message("assistant", text, call=protocol.ToolCall(code=code, raw=raw, id=tc.id, name=tc.function))
 
 
-def to_generation(output: ModelOutput, env: ToolEnv = PROJECT) -> Generation:
+def to_generation(output: ModelOutput, env: ToolEnv) -> Generation:
     """A provider's output as the rollout core sees it (natively parsed calls of ``env``'s tool kept)."""
     message = output.message
     calls = None

@@ -46,7 +46,7 @@ from inspect_ai.tool import ToolChoice, ToolInfo
 
 from harness.core import chat
 from harness.core.protocol import CALL_CLOSE
-from harness.core.toolenv import env_of_tool
+from harness.core.toolenv import PROJECT, env_of_tool
 from harness.engines.generation import Batcher, Request, Result, Sampling
 from harness.evals.convert import from_inspect
 
@@ -230,7 +230,8 @@ class EmbeddedAPI(ModelAPI):
         config: GenerateConfig,
     ) -> tuple[ModelOutput, ModelCall]:
         messages = from_inspect(input)
-        env = env_of_tool(tools[0].name if tools else None)
+        # no tools in the request: the tool shown (tools_mode 'always') is the project's, the demo's
+        env = env_of_tool(tools[0].name) if tools else PROJECT
         use_tools = self.tools_mode == "always" or bool(tools)
         prompt = chat.render(self.loaded.tokenizer, messages, tools=use_tools, env=env)
         max_tokens = config.max_tokens or DEFAULT_MAX_TOKENS

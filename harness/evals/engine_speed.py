@@ -111,12 +111,13 @@ async def run_offline(engine: Any, tokenizer: Any, concurrency: int, args: argpa
     from harness.core.problems import rollout_config
     from harness.core.rollout import rollout
     from harness.core.seeds import trajectory_seed
+    from harness.core.toolenv import PROJECT
     from sandboxes.local.sandbox import LocalSandbox
 
     problems = load_aime24("fixture")
     epochs = max(1, args.samples // 4)
-    config = rollout_config("math", max_turns=args.max_turns)
-    generate = engine.generator(tokenizer, max_tokens=args.max_tokens, temperature=1.0, top_p=0.6)
+    config = rollout_config("math", max_turns=args.max_turns, tool_env=PROJECT)
+    generate = engine.generator(tokenizer, env=PROJECT, max_tokens=args.max_tokens, temperature=1.0, top_p=0.6)
     gate = asyncio.Semaphore(concurrency)
     totals = {"tokens": 0, "turns": 0, "outside": 0.0}
 

@@ -26,6 +26,9 @@ _COUNTER = "replay:calls"
 
 
 class ReplayAPI(ModelAPI):
+    #: a replay script has no tokenizer: a response budget needs ``-T tokenizer`` (harness.evals.tokenizers)
+    tokenizer_free = True
+
     def __init__(
         self,
         model_name: str,

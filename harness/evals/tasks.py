@@ -14,6 +14,8 @@ it, with the preset's name, in the task's metadata (so in every eval log).
 from __future__ import annotations
 
 import inspect
+import signal
+import threading
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -34,6 +36,7 @@ from harness.core.saar import Similarity
 from harness.evals.concurrency import METADATA_KEY, Concurrency, preset_concurrency
 from harness.evals.scorers import code_scorer, gpqa_scorer, math_scorer
 from harness.evals.solver import saar_agent
+from harness.evals.tokenizers import check_tokenizer
 from harness.reports.card import protocol_card
 from sandboxes.backends import resolve_backend_name
 from sandboxes.inspect_provider import CleanerSandboxConfig, expect_sandboxes, sandbox_metadata
@@ -197,8 +200,9 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     """A benchmark task: the shared rollout solver with the protocol of ``options``, a scorer, pass@1 over epochs
     and pass@k for k = the epochs that run (``-T epochs``, the preset's, or ``inspect eval --epochs``).
 
-    Everything a bad argument can break (the tool environment, the judge, the prompt template file, the data)
-    is loaded and checked here, before any sample runs. The log's task metadata records the resolved protocol,
+    Everything a bad argument can break (the tool environment, the judge, the prompt template file, the data,
+    the tokenizer a response budget counts with) is loaded and checked here, before any sample runs; SIGTERM
+    then ends the eval as Ctrl-C does (:func:`end_on_sigterm`). The log's task metadata records the resolved protocol,
     the whole tool environment (``tool_env``), the prompt templates' file and hash (``prompt_template``) and
     the protocol card (``card``: :mod:`harness.evals.card`). A task on docker records its pool's bound with the
     sandbox provider (:func:`sandboxes.inspect_provider.expect_sandboxes`), so that Inspect runs no more samples'
@@ -234,8 +238,12 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         # samples at once (a preset's; None: Inspect's defaults), read by the idle-engine warning
         METADATA_KEY: concurrency.to_dict() if concurrency else None,
     }
+    rollout_config = protocol.rollout_config(kind)
+    if rollout_config.response_budget:
+        check_tokenizer(options.tokenizer)  # no tokenizer to count with: the eval fails here, before any sample
+    end_on_sigterm()
     solver = saar_agent(
-        protocol.rollout_config(kind),
+        rollout_config,
         run_seed=options.seed,
         share_prefix=options.share_prefix,
         max_tokens=protocol.max_tokens,
@@ -250,6 +258,25 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         epochs=Epochs(protocol.epochs),  # reducers: BenchmarkTask.epochs_reducer
         metadata=metadata,
     )
+
+
+def end_on_sigterm() -> None:
+    """Make SIGTERM end an eval as Ctrl-C does: Inspect cancels the samples and writes the log as cancelled.
+
+    SIGTERM's default action kills the process with its log unfinished. Only where it still has that action
+    (a handler someone installed decides for itself), and in the main thread, where handlers are set.
+    """
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """SIGTERM as SIGINT: the SIGINT handler in place (asyncio's cancels the eval's main task, Python's raises
+    KeyboardInterrupt), or a KeyboardInterrupt where SIGINT is ignored (a background job of a script)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):
+        raise KeyboardInterrupt
+    handler(signal.SIGINT, frame)
 
 
 #: The scorer of each problem kind, made for the problems and the protocol's judge.

@@ -7,7 +7,11 @@ providers do not tokenize, so the tokenizer is found here, once per process and 
 * ``-T tokenizer=<hub id or path>`` when given;
 * the embedded provider's own tokenizer;
 * otherwise the model's name as a hub id or path (``vllm/Qwen/Qwen3-4B-Instruct-2507``,
-  ``sglang//models/ckpt``), as the serving engine itself loads it.
+  ``sglang//models/ckpt``), as the serving engine itself loads it; a provider that says it has no tokenizer
+  (``tokenizer_free``: the replay model) needs ``-T tokenizer``.
+
+A task checks it when it is built (:func:`check_tokenizer`), so that a model without one fails the eval
+before its first sample, not every sample after a search of the hub.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ class TokenizerError(RuntimeError):
 def _load(name: str) -> Any:
     from transformers import AutoTokenizer
 
+    try:  # a local directory or the hub's cache first: no network round trips (and retries) for what is here
+        return AutoTokenizer.from_pretrained(name, local_files_only=True)
+    except Exception:
+        pass
     try:
         return AutoTokenizer.from_pretrained(name)
     except Exception as exc:  # hub errors, a missing path, a gated repo: all say the same to the user
@@ -45,7 +53,25 @@ def model_tokenizer(model: Model, tokenizer: str | None = None) -> Any:
     loaded = getattr(model.api, "loaded", None)  # the embedded provider holds its model and tokenizer
     if loaded is not None and getattr(loaded, "tokenizer", None) is not None:
         return loaded.tokenizer
+    if getattr(model.api, "tokenizer_free", False):
+        raise TokenizerError(
+            f"the response budget counts tool output in tokens, and model {str(model)!r} has no tokenizer; "
+            "pass -T tokenizer=<hub id or local path> of the tokenizer to count with"
+        )
     return _load(model.api.model_name)
+
+
+def check_tokenizer(tokenizer: str | None = None) -> None:
+    """Load the tokenizer of the model being evaluated now (a :class:`TokenizerError` when there is none).
+
+    Called when a task with a response budget is built, inside an eval (Inspect makes the model active
+    before it builds the tasks); outside one (no active model) there is nothing to check yet.
+    """
+    from inspect_ai.model._model import active_model
+
+    model = active_model()
+    if model is not None:
+        model_tokenizer(model, tokenizer)
 
 
 def tool_token_counter(model: Model, tokenizer: str | None = None) -> CountTokens:

@@ -3,7 +3,8 @@
 ``python -m harness protocol --preset cleaner-paper --kind math`` prints it; every eval log carries it in
 its task metadata (``card``), and the ablation report shows the card of its logs. It holds the sampling
 and the limits, SAAR's settings, the tool environment (its whole profile), the judge, how the response
-budget counts, and the prompt templates' file and hash.
+budget counts, the prompt templates' file and hash, and the dtype the reference's engine served a
+preset's model in (:data:`ENGINE_DTYPES`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,22 @@ from typing import Any
 from harness.benchmarks.presets import PRESETS, EvalProtocol, resolve
 from harness.core.problems import KINDS, Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
+
+#: The dtype the reference's evaluation served each preset's model in, by problem kind: an engine setting, not a
+#: task's, so the card says it and the engine is told (``-M dtype=...``). Open-CLEANER 91e40ad,
+#: ``recipe/cleaner/eval/eval_qwen3_4b_{aime_gpqa,livecodebench}.sh`` line 147 and
+#: ``eval_qwen2_7b_livecodebench.sh`` line 144 (``actor_rollout_ref.rollout.dtype=float16``);
+#: ``eval_qwen2_7b_aime_gpqa.sh`` sets none: verl's default, ``bfloat16``
+#: (``verl/verl/trainer/config/rollout/rollout.yaml``).
+ENGINE_DTYPES: dict[str, dict[Kind, str]] = {
+    "cleaner-paper": {"math": "float16", "gpqa": "float16", "code": "float16"},
+    "cleaner-paper-7b": {"math": "bfloat16", "gpqa": "bfloat16", "code": "float16"},
+}
+
+
+def engine_dtype(preset: str | None, kind: Kind) -> str | None:
+    """The dtype the reference served a preset's model in for problems of ``kind`` (None: no preset's)."""
+    return ENGINE_DTYPES.get(preset or "", {}).get(kind)
 
 
 def protocol_card(preset: str | None, kind: Kind, protocol: EvalProtocol, templates: PromptTemplates) -> dict[str, Any]:
@@ -32,6 +49,7 @@ def protocol_card(preset: str | None, kind: Kind, protocol: EvalProtocol, templa
         if protocol.max_total_tokens
         else "none",
         "prompt_template": {"source": templates.source, "sha256": templates.sha256},
+        "engine_dtype": engine_dtype(preset, kind),
         "differs_from_default": {
             **{k: [default[k], v] for k, v in settings.items() if default[k] != v},
             **{f"tool_env.{k}": [default_env[k], v] for k, v in env.items() if default_env[k] != v},
@@ -40,7 +58,7 @@ def protocol_card(preset: str | None, kind: Kind, protocol: EvalProtocol, templa
 
 
 def _budget_counts(protocol: EvalProtocol) -> str:
-    if protocol.env.budget == "response":
+    if protocol.env.counts_response:
         return "every response token (generated and tool output); each generation takes what is left"
     return "generated tokens kept, checked after each tool result"
 
@@ -52,6 +70,9 @@ def render_card(card: dict[str, Any]) -> str:
     lines += ["", f"tool environment {card['tool_env']['name']}:"]
     lines += [f"  {k} = {v!r}" for k, v in card["tool_env"].items() if k != "name"]
     lines += ["", f"budget: {card['budget']}"]
+    if card.get("engine_dtype"):
+        dtype = card["engine_dtype"]
+        lines.append(f"engine dtype: {dtype}, as the reference served it (give the engine -M dtype={dtype})")
     template = card["prompt_template"]
     lines += [f"prompt templates: {template['source']} (sha256 {template['sha256'][:16]})", ""]
     differs = card["differs_from_default"]

@@ -295,7 +295,7 @@ def error_kind_table(arms: Sequence[ArmRun]) -> str:
         kinds = sorted({k[len("errors.") :] for k in s if k.startswith("errors.")} | set(by_kind))
         for kind in kinds:
             ev = by_kind.get(kind, Counter())
-            other = sum(ev[x] for x in ("no_call", "length", "cap"))
+            other = sum(ev[x] for x in ("no_call", "length", "max_turns", "cap"))
             rows.append(
                 [
                     a.task,

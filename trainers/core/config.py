@@ -125,7 +125,7 @@ class ExecutorConfig:
             output_chars=env.output_chars if self.output_chars is None else self.output_chars,
             saar=self.saar,
             tool_env=env,
-            max_total_tokens=self.max_new_tokens if env.budget == "response" else None,
+            max_total_tokens=self.max_new_tokens if env.counts_response else None,
         )
 
     @classmethod

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from harness.core import protocol
 from harness.core.messages import Message
-from harness.core.toolenv import PROJECT, ToolEnv
+from harness.core.toolenv import ToolEnv
 
 Render = Callable[..., str]
 Source = Literal["sampled", "spliced", "retokenized"]
@@ -64,7 +64,7 @@ class SampledStore:
     all find the ids they were sampled as.
     """
 
-    env: ToolEnv = PROJECT  #: the tool environment the turns were parsed under (its call form is the key)
+    env: ToolEnv  #: the tool environment the turns were parsed under (its call form is the key)
     by_text: dict[str, Sampled] = field(default_factory=dict)  #: turns without an executable call
     by_turn: dict[tuple[str, str], Sampled] = field(default_factory=dict)  #: (reasoning, call.raw)
     by_reasoning: dict[str, Sampled] = field(default_factory=dict)
@@ -144,7 +144,7 @@ def _split_action(delta: str, marker: str | None) -> tuple[str, str]:
     return delta, ""
 
 
-def _splice(tokenizer: Any, msg: Message, old: Sampled, new: Sampled, env: ToolEnv = PROJECT) -> list[int] | None:
+def _splice(tokenizer: Any, msg: Message, old: Sampled, new: Sampled, env: ToolEnv) -> list[int] | None:
     """A shallow replacement's ids: ``old``'s ids up to its call, then ``new``'s from its call on."""
     old_cut = _prefix_len(tokenizer, old.ids, msg.content)
     new_cut = _prefix_len(tokenizer, new.ids, protocol.parse_turn(new.text, env=env).reasoning)
@@ -185,11 +185,13 @@ def assemble(
     messages: Sequence[Message],
     n_prompt: int,
     *,
+    env: ToolEnv,
     store: SampledStore | None = None,
     add_generation_prompt: bool = False,
     render: Render | None = None,
 ) -> TokenTrajectory:
-    """Token ids and action ranges of ``messages`` (the first ``n_prompt`` are the prompt).
+    """Token ids and action ranges of ``messages`` (the first ``n_prompt`` are the prompt), rendered with the tool
+    of ``env`` (the tool environment the turns were parsed under: the store's, when given).
 
     With ``add_generation_prompt`` the sequence ends with the template's assistant
     header: that is the engine's context for the next turn.
@@ -206,13 +208,15 @@ def assemble(
     def gen_after(i: int) -> bool:  # a generation prompt follows message i-1 when an assistant turn comes next
         return msgs[i].role == "assistant" if i < len(msgs) else add_generation_prompt
 
-    prev = render(tokenizer, msgs[:n_prompt], add_generation_prompt=gen_after(n_prompt))
+    if store is not None and store.env is not env:
+        raise ValueError(f"assemble: the store holds turns parsed under {store.env.name!r}, not {env.name!r}")
+    prev = render(tokenizer, msgs[:n_prompt], env=env, add_generation_prompt=gen_after(n_prompt))
     ids = _encode(tokenizer, prev)
     ranges: list[tuple[int, int]] = []
     sources: list[Source] = []
     matches: list[bool] = []
     for i in range(n_prompt, len(msgs)):
-        full = render(tokenizer, msgs[: i + 1], add_generation_prompt=gen_after(i + 1))
+        full = render(tokenizer, msgs[: i + 1], env=env, add_generation_prompt=gen_after(i + 1))
         if not full.startswith(prev):
             raise TemplateError(
                 f"the chat template is not prefix-stable at message {i} ({msgs[i].role}): rendering the first "

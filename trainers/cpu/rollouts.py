@@ -1,10 +1,12 @@
 """The CPU trainer's rollouts: the policy as the rollout core's generator, one rollout as token ids for TRL.
 
-:func:`run_one` runs the same rollout core (:func:`harness.core.rollout.rollout`), SAAR switch, sandbox and
-reward (:mod:`trainers.core.reward`) as the OpenRLHF plugin, and turns the purified trajectory into the token-level
-view of :func:`trainers.core.tokens.assemble`: prompt ids, completion ids and the env mask (1 on the model's
-tokens, 0 on tool output and template headers). A rollout whose sandbox fails is rerun from its start
-(:func:`trainers.core.faults.rerun_on_sandbox_failure`). :func:`step_metrics` is a step's rollout metrics.
+:func:`run_one` runs the same rollout core (:func:`harness.core.rollout.rollout`), SAAR switch, tool environment
+(the tool the prompt shows, how calls are read and run, the response budget), sandbox and reward
+(:mod:`trainers.core.reward`, judged as the recipe's executor says) as the OpenRLHF plugin, and turns the
+purified trajectory into the token-level view of :func:`trainers.core.tokens.assemble`: prompt ids, completion
+ids and the env mask (1 on the model's tokens, 0 on tool output and template headers). A rollout whose sandbox
+fails is rerun from its start (:func:`trainers.core.faults.rerun_on_sandbox_failure`). :func:`step_metrics` is
+a step's rollout metrics.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core import chat
+from harness.core.chat import tool_result_counter
 from harness.core.messages import Generation, Message
 from harness.core.metrics import TrajectoryMetrics, aggregate, first_attempts, rate
 from harness.core.problems import rollout_config as problem_rollout_config
+from harness.core.response import response_text
 from harness.core.rollout import RolloutConfig, Trajectory, rollout
 from trainers.core._compat import get_render
-from trainers.core.config import CpuConfig
+from trainers.core.config import CpuConfig, ExecutorConfig
 from trainers.core.data import TrainItem
 from trainers.core.faults import rerun_on_sandbox_failure
 from trainers.core.reward import Outcome, compute_reward
@@ -78,22 +82,38 @@ class RolloutRecord:
 
 
 async def run_one(
-    item: TrainItem, sampler: PolicySampler, backend: Any, rcfg: RolloutConfig, cfg: CpuConfig, seed: int
+    item: TrainItem,
+    sampler: PolicySampler,
+    backend: Any,
+    rcfg: RolloutConfig,
+    cfg: CpuConfig,
+    seed: int,
+    *,
+    judge: ExecutorConfig,
 ) -> RolloutRecord:
     """One CLEANER rollout of ``item`` and its reward, as token ids for TRL.
 
     ``seed`` is the trajectory's seed (:func:`harness.core.seeds.trajectory_seed`): the rollout
-    core derives the SAAR draw and every generation's seed from it.
+    core derives the SAAR draw and every generation's seed from it. ``rcfg.tool_env`` is the tool
+    environment of every part (prompt, parsing, execution, budget); ``judge`` (the recipe's executor
+    settings) says what the reward reads, as on the OpenRLHF path.
     """
     tok, render = sampler.tokenizer, get_render()
+    env = rcfg.tool_env
     messages = item.messages()
+    config = problem_rollout_config(item.kind, rcfg)
 
     async def attempt() -> tuple[Trajectory, Outcome, SampledStore]:
-        store = SampledStore()  # a rerun starts from nothing the failed attempt sampled
+        store = SampledStore(env=env)  # a rerun starts from nothing the failed attempt sampled
 
-        async def generate(context: list[Message], *, seed: int | None = None) -> Generation:
-            ctx = assemble(tok, context, len(messages), store=store, add_generation_prompt=True, render=render)
-            ids, truncated = await sampler(ctx.ids, cfg.max_total_tokens - len(ctx.ids), seed)
+        async def generate(
+            context: list[Message], *, seed: int | None = None, max_tokens: int | None = None
+        ) -> Generation:
+            ctx = assemble(tok, context, len(messages), env=env, store=store, add_generation_prompt=True, render=render)
+            budget = cfg.max_total_tokens - len(ctx.ids)
+            if max_tokens is not None:  # a response budget: what is left of it
+                budget = min(budget, max_tokens)
+            ids, truncated = await sampler(ctx.ids, budget, seed)
             ended = bool(ids) and ids[-1] in sampler.stop_token_ids  # the end-of-turn token is not part of the text
             text = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
             store.add(text, ids)
@@ -101,15 +121,19 @@ async def run_one(
 
         sandbox = await backend.acquire()
         try:
-            traj = await rollout(messages, generate, sandbox, problem_rollout_config(item.kind, rcfg), seed=seed)
-            return traj, await compute_reward(item, traj.final_text, sandbox), store
+            count = tool_result_counter(tok) if config.response_budget else None
+            traj = await rollout(messages, generate, sandbox, config, seed=seed, count_tokens=count)
+            # the reference's reward reads the whole response, tool output included (harness.core.response)
+            judged = response_text(traj.messages) if judge.reward_on_response else traj.final_text
+            return traj, await compute_reward(item, judged, sandbox, lenient=judge.lenient_reward), store
         finally:
             await backend.release(sandbox)
 
     what = f"rollout of {item.id!r} (seed {seed})"
     (traj, outcome, store), reruns = await rerun_on_sandbox_failure(attempt, retries=cfg.sandbox_retries, what=what)
-    full = assemble(tok, traj.messages, len(messages), store=store, render=render)
-    prompt_len = len(assemble(tok, messages, len(messages), add_generation_prompt=True, render=render).ids)
+    full = assemble(tok, traj.messages, len(messages), env=env, store=store, render=render)
+    prompt_ids = assemble(tok, messages, len(messages), env=env, add_generation_prompt=True, render=render).ids
+    prompt_len = len(prompt_ids)
     mask = full.action_mask()
     completion = full.ids[prompt_len:] or [tok.eos_token_id]
     env_mask = mask[prompt_len:] or [0]

@@ -20,13 +20,15 @@ from dataclasses import replace
 from harness.core import seeds
 from harness.core.rollout import RolloutConfig
 from trainers.core._compat import get_backend, load_model
-from trainers.core.config import CpuConfig
+from trainers.core.config import CpuConfig, ExecutorConfig
 from trainers.core.recipes import load_recipe
 from trainers.cpu.rollouts import PolicySampler, run_one
 from trainers.cpu.trainer import load_model_f32, load_train_items
 
 
-async def _arm(model, tok, items, cfg: CpuConfig, rcfg: RolloutConfig, steps: int, sandbox: str) -> list[dict]:
+async def _arm(
+    model, tok, items, cfg: CpuConfig, rcfg: RolloutConfig, judge: ExecutorConfig, steps: int, sandbox: str
+) -> list[dict]:
     backend = get_backend(sandbox)
     sampler = PolicySampler(model, tok, cfg, max_batch=cfg.prompts_per_step * cfg.num_generations)
     rows = []
@@ -36,7 +38,9 @@ async def _arm(model, tok, items, cfg: CpuConfig, rcfg: RolloutConfig, steps: in
             jobs = [item for item in prompts for _ in range(cfg.num_generations)]
             start = time.perf_counter()
             records = await asyncio.gather(*(
-                run_one(item, sampler, backend, rcfg, cfg, seeds.trajectory_seed(cfg.seed, f"{step}/{row}", 0))
+                run_one(
+                    item, sampler, backend, rcfg, cfg, seeds.trajectory_seed(cfg.seed, f"{step}/{row}", 0), judge=judge
+                )
                 for row, item in enumerate(jobs)
             ))  # fmt: skip
             rows.append({
@@ -69,17 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_model_f32(recipe.model, load_model)
     model.eval()
     items = load_train_items(recipe)
-    base = RolloutConfig(
-        max_turns=recipe.executor.max_turns,
-        timeout=recipe.executor.timeout,
-        output_chars=recipe.executor.output_chars,
-        saar=recipe.executor.saar,
-    )
+    base = recipe.executor.rollout_config()
     sandbox = recipe.executor.sandbox or "local"
     results = {}
     for name, saar in (("off", replace(base.saar, enabled=False)), ("on", replace(base.saar, enabled=True, prob=1.0))):
         rcfg = replace(base, saar=saar)
-        results[name] = asyncio.run(_arm(model, tok, items, cfg, rcfg, args.steps, sandbox))
+        results[name] = asyncio.run(_arm(model, tok, items, cfg, rcfg, recipe.executor, args.steps, sandbox))
     print(f"model {recipe.model}, {args.steps} steps of {cfg.prompts_per_step} x {cfg.num_generations} rollouts")
     print(
         f"{'saar':<5}{'step':>5}{'rollout_s':>11}{'tokens':>8}{'calls':>7}{'failed':>8}{'events':>8}{'purified':>9}"

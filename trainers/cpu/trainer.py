@@ -298,7 +298,15 @@ class CpuTrainer:
         assert self.sampler is not None
         rcfg = rcfg or self.rollout_config
         jobs = [
-            run_one(item, self.sampler, self.backend, rcfg, self.cfg, self.row_seed(step, row, reseed))
+            run_one(
+                item,
+                self.sampler,
+                self.backend,
+                rcfg,
+                self.cfg,
+                self.row_seed(step, row, reseed),
+                judge=self.recipe.executor,
+            )
             for row, item in enumerate(items)
         ]
         return list(await asyncio.gather(*jobs))

@@ -60,7 +60,6 @@ from __future__ import annotations
 import asyncio
 import random
 from copy import deepcopy
-from functools import partial
 from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
@@ -70,7 +69,6 @@ from harness.core.messages import Generation, Message
 from harness.core.problems import rollout_config
 from harness.core.response import response_text
 from harness.core.rollout import Trajectory, rollout
-from harness.core.toolenv import PROJECT
 from sandboxes.base import ExecResult, Sandbox
 from trainers.core._compat import get_backend, get_render
 from trainers.core.config import ExecutorConfig
@@ -209,8 +207,6 @@ class AgentExecutor(AgentExecutorBase):
             )
         item = TrainItem.from_label(label)
         render = self._get_render()
-        if self._rollout_config.tool_env is not PROJECT:  # the prompt shows that environment's tool schema
-            render = partial(render, env=self._rollout_config.tool_env)
         messages = item.messages()
         n_prompt = len(messages)
         # the trajectory's SAAR draw, fixed before any attempt: a rerun after a sandbox failure draws the same
@@ -224,7 +220,15 @@ class AgentExecutor(AgentExecutorBase):
             async def generate(
                 context: list[Message], *, seed: int | None = None, max_tokens: int | None = None
             ) -> Generation:
-                ctx = assemble(tokenizer, context, n_prompt, store=store, add_generation_prompt=True, render=render)
+                ctx = assemble(
+                    tokenizer,
+                    context,
+                    n_prompt,
+                    env=config.tool_env,
+                    store=store,
+                    add_generation_prompt=True,
+                    render=render,
+                )
                 params = deepcopy(sampling_params)
                 if seed is not None:  # a seeded trajectory (harness.core.seeds): vLLM honours a per-request seed
                     params.seed = seed
@@ -256,8 +260,10 @@ class AgentExecutor(AgentExecutorBase):
         (traj, outcome, store), reruns = await rerun_on_sandbox_failure(
             attempt, retries=self.config.sandbox_retries, what=f"rollout of {item.id!r}"
         )
-        final = assemble(tokenizer, traj.messages, n_prompt, store=store, render=render)
-        prompt_ids = assemble(tokenizer, messages, n_prompt, add_generation_prompt=True, render=render).ids
+        final = assemble(tokenizer, traj.messages, n_prompt, env=config.tool_env, store=store, render=render)
+        prompt_ids = assemble(
+            tokenizer, messages, n_prompt, env=config.tool_env, add_generation_prompt=True, render=render
+        ).ids
         penalty = self._overlong_penalty(final, n_prompt_ids=len(prompt_ids))
         result = {
             "prompt": prompt,
@@ -285,7 +291,7 @@ class AgentExecutor(AgentExecutorBase):
         cfg = self.config
         if cfg.overlong_buffer_len is None or cfg.max_new_tokens is None:
             return 0.0
-        if cfg.env.budget == "response":  # from the first generated token to the last, tool results between
+        if cfg.env.counts_response:  # from the first generated token to the last, tool results between
             counted = final.action_ranges[-1][1] - n_prompt_ids if final.action_ranges else 0
         else:
             counted = sum(end - start for start, end in final.action_ranges)

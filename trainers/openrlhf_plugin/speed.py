@@ -36,6 +36,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from harness.core.protocol import parse_turn, serialize_call
+from harness.core.toolenv import PROJECT
 from harness.engines.standin import Policy, decide
 
 #: The chat template's turn markers (SmolLM2's ChatML, the tokenizer the benchmark loads).
@@ -56,7 +57,7 @@ def conversation(text: str) -> list[dict[str, Any]]:
             messages.append({"role": "tool", "content": response.group(1)})
             continue
         message: dict[str, Any] = {"role": role, "content": content}
-        call = parse_turn(content).call if role == "assistant" else None
+        call = parse_turn(content, env=PROJECT).call if role == "assistant" else None
         if call is not None:
             message["tool_calls"] = [{"function": {"name": "python", "arguments": json.dumps({"code": call.code})}}]
         messages.append(message)

@@ -21,6 +21,7 @@ from harness.core import protocol
 from harness.core.messages import Generation, Message
 from harness.core.problems import rollout_config
 from harness.core.rollout import rollout
+from harness.core.toolenv import PROJECT
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,9 @@ async def build_demonstrations(
 
     rng = random.Random(seed)
     # as the tasks configure it (harness.core.problems): a code task's final ```python block is the answer, not a call
-    configs = {code: rollout_config("code" if code else "math", max_turns=4) for code in (False, True)}
+    configs = {
+        code: rollout_config("code" if code else "math", max_turns=4, tool_env=PROJECT) for code in (False, True)
+    }
     backend = get_backend(sandbox)
     demos: list[Demonstration] = []
     try:

@@ -62,6 +62,7 @@ from harness.core.metrics import Regenerations, TrajectoryMetrics, aggregate
 from harness.core.problems import rollout_config
 from harness.core.rollout import Generate, rollout
 from harness.core.saar import SaarConfig
+from harness.core.toolenv import PROJECT
 from harness.engines.models import TOOLS_SFT_NAME, file_digest
 from trainers.core.config import ENGINE_DTYPES
 from trainers.core.data import item_from_problem
@@ -158,7 +159,7 @@ def trajectory_seed(cfg: IterateConfig, round_: int, problem: GeneratedProblem, 
 
 def rollout_settings(cfg: IterateConfig, problem: GeneratedProblem) -> Any:
     saar = SaarConfig(enabled=True, max_retries=cfg.max_retries)
-    return rollout_config("code" if problem.is_code else "math", max_turns=cfg.max_turns, saar=saar)
+    return rollout_config("code" if problem.is_code else "math", max_turns=cfg.max_turns, saar=saar, tool_env=PROJECT)
 
 
 async def sample_round(
@@ -173,7 +174,7 @@ async def sample_round(
     async def one(problem: GeneratedProblem, sample: int) -> Sampled:
         async with gate:
             config = rollout_settings(cfg, problem)
-            recorder = Recorder(make_generate(), config.accept_python_fence)
+            recorder = Recorder(make_generate(), config)
             box = await backend.acquire()
             try:
                 seed = trajectory_seed(cfg, round_, problem, sample)
@@ -353,7 +354,9 @@ async def one_round(
     sync_s = await sync(engine.engine, policy, getattr(torch, cfg.engine_dtype))
 
     def make_generate() -> Generate:
-        return engine.generator(tokenizer, max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p)
+        return engine.generator(
+            tokenizer, env=PROJECT, max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p
+        )
 
     problems = round_problems(cfg, round_)
     sampled = await sample_round(cfg, round_, make_generate, backend, problems)

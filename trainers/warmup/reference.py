@@ -59,7 +59,8 @@ async def reference_corrections(
     gate = asyncio.Semaphore(concurrency)
 
     def assistant(text: str, config: RolloutConfig) -> Message:
-        return to_assistant(Generation(text=text, output_tokens=len(text) // 4), config.accept_python_fence)
+        gen = Generation(text=text, output_tokens=len(text) // 4)
+        return to_assistant(gen, env=config.tool_env, accept_python_fence=config.accept_python_fence)
 
     async def point(s: Sampled, e: SaarEvent, context: list[Message]) -> Selected:
         config = config_of(s)

@@ -91,7 +91,7 @@ async def search_corrections(
         assert s.trajectory.seed is not None
         async with gate:
             gen = await generate(context, seed=seeds.derive("correction-search", s.trajectory.seed, e.turn, j))
-            turn = to_assistant(gen, config.accept_python_fence)
+            turn = to_assistant(gen, env=config.tool_env, accept_python_fence=config.accept_python_fence)
             if turn.call is None or not differs(failed.code if failed else None, turn.call.code):
                 return None
             return turn if await runs(turn, backend, config) else None

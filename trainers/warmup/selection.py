@@ -27,7 +27,7 @@ from harness.benchmarks.generators import GeneratedProblem
 from harness.core import seeds
 from harness.core.messages import Generation, Message
 from harness.core.metrics import INSTALLED_ACTIONS
-from harness.core.rollout import Generate, Trajectory, to_assistant
+from harness.core.rollout import Generate, RolloutConfig, Trajectory, to_assistant
 from harness.core.saar import SaarEvent
 from trainers.warmup.demonstrations import Demonstration, _failed_turns
 
@@ -53,13 +53,16 @@ class Recorded:
 class Recorder:
     """A rollout's ``Generate`` that keeps every generation by its seed (the seed names its turn and SAAR retry)."""
 
-    def __init__(self, generate: Generate, accept_python_fence: bool) -> None:
-        self.generate, self.accept_python_fence = generate, accept_python_fence
+    def __init__(self, generate: Generate, config: RolloutConfig) -> None:
+        self.generate, self.config = generate, config
         self.by_seed: dict[int | None, Recorded] = {}
 
     async def __call__(self, context: list[Message], *, seed: int | None = None) -> Generation:
         gen = await self.generate(context, seed=seed)
-        self.by_seed[seed] = Recorded(list(context), to_assistant(gen, self.accept_python_fence))
+        self.by_seed[seed] = Recorded(
+            list(context),
+            to_assistant(gen, env=self.config.tool_env, accept_python_fence=self.config.accept_python_fence),
+        )
         return gen
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.core import chat
+from harness.core.toolenv import PROJECT
 from trainers.core.tokens import assemble
 from trainers.warmup.demonstrations import Demonstration, DemonstrationError
 
@@ -40,7 +41,7 @@ class Example:
 
 def tokenize(tokenizer: Any, demo: Demonstration) -> Example:
     """Render ``demo`` as the embedded provider renders prompts and mask all but its trained turns."""
-    tokens = assemble(tokenizer, demo.messages, 1, render=chat.render)
+    tokens = assemble(tokenizer, demo.messages, 1, env=PROJECT, render=chat.render)
     labels = [-100] * len(tokens.ids)
     for turn, (start, end) in enumerate(tokens.action_ranges):
         if turn in demo.trained_turns:
