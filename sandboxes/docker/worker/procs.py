@@ -22,8 +22,31 @@ def _proc_state(pid):
         return None
 
 
+def _runs(pid):
+    """Whether any thread of ``pid`` still runs code: a process whose main thread has exited shows ``Z`` in its
+    ``/proc/PID/stat`` while its other threads run on, so a zombie's threads are looked at one by one."""
+    state = _proc_state(pid)
+    if state is None or state == b"X":
+        return False
+    if state != b"Z":
+        return True
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                if f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X"):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
 def other_pids(keep):
-    """Live (non-zombie) processes visible in /proc other than those in ``keep``.
+    """Processes visible in /proc other than those in ``keep`` with a thread that still runs (a zombie whose
+    threads have all ended is not one; a zombie main thread whose other threads run is).
 
     Only inside a container of its own (``contained``) is that every process; run
     anywhere else (a developer trying the worker out), the worker confines itself
@@ -33,7 +56,7 @@ def other_pids(keep):
     for name in os.listdir("/proc"):
         if name.isdigit():
             pid = int(name)
-            if pid not in keep and _proc_state(pid) not in (None, b"Z", b"X"):
+            if pid not in keep and _runs(pid):
                 if CONTAINED or _descends_from(pid, os.getpid()):
                     pids.append(pid)
     return pids

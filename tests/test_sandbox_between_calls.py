@@ -1,0 +1,123 @@
+"""Nothing of a call outlives it: attacks a program makes, and the probe a later call makes.
+
+Each test runs a hostile program in one call, then probes from the next call (and after a reset, as the next
+rollout would) that nothing of it is left: no process in any state, no IPC object, no forged status. Every test
+runs on both backends where the attack applies; docker ones are marked ``docker`` (they fail under ``CI=true``
+without an engine).
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from sandboxes.base import Sandbox
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+BACKENDS = [pytest.param("local", id="local"), pytest.param("docker", id="docker", marks=pytest.mark.docker)]
+
+#: The raw ``exit`` system call (only the calling thread ends; the interpreter's own exit ends all of them).
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}.get(platform.machine(), 60)
+
+#: A grandchild in a session of its own whose main thread leaves by the raw ``exit`` system call while another
+#: thread keeps writing a heartbeat into ``/tmp``: the kernel shows it as a zombie (``Z``) in ``/proc/PID/stat``
+#: though it runs. It lets go of the call's output pipes, so that the call looks finished.
+LURKER = f"""
+import ctypes, os, threading, time
+if os.fork() == 0:
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if os.fork() == 0:
+        def beat():
+            n = 0
+            while True:
+                n += 1
+                try:
+                    with open('/tmp/heartbeat', 'w') as f:
+                        f.write(str(n))
+                except OSError:
+                    pass
+                time.sleep(0.02)
+        threading.Thread(target=beat).start()
+        time.sleep(0.1)
+        ctypes.CDLL(None).syscall({SYS_EXIT}, 0)
+    os._exit(0)
+time.sleep(0.3)
+print('planted')
+"""
+
+#: Whether the heartbeat still advances: two reads 0.3 s apart.
+HEARTBEAT_PROBE = """
+import time
+def read():
+    try:
+        return open('/tmp/heartbeat').read()
+    except OSError:
+        return None
+a = read()
+time.sleep(0.3)
+b = read()
+print('alive' if b is not None and a != b else 'gone')
+"""
+
+#: Every process but this one and the worker side (PID 1 and its kept processes), with the state of each thread.
+PROCESS_PROBE = """
+import os
+me = os.getpid()
+found = []
+for p in os.listdir('/proc'):
+    if not p.isdigit() or int(p) in (me, 1):
+        continue
+    try:
+        tasks = os.listdir(f'/proc/{p}/task')
+        states = [open(f'/proc/{p}/task/{t}/stat').read().rpartition(')')[2].split()[0] for t in tasks]
+        cmd = open(f'/proc/{p}/cmdline', 'rb').read()
+    except OSError:
+        continue
+    if any(s not in ('Z', 'X') for s in states) and b'cleaner-lurker' in cmd:
+        found.append((p, states))
+print(found)
+"""
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def backends() -> AsyncIterator[dict]:
+    made: dict = {}
+    yield made
+    for backend in made.values():
+        await backend.shutdown()
+
+
+async def _acquire(name: str, backends: dict) -> Sandbox:
+    from sandboxes.backends import get_backend
+
+    if name not in backends:
+        backends[name] = get_backend(name)
+    return await backends[name].acquire()
+
+
+async def _run_ok(sandbox: Sandbox, code: str, timeout: float = 10.0) -> str:
+    result = await sandbox.run_python(code, timeout=timeout)
+    assert result.ok, (result.error_kind, result.stderr[-800:])
+    return result.stdout
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_thread_of_a_zombie_leader_does_not_outlive_its_call(backend: str, backends: dict) -> None:
+    """A process whose main thread has exited while another runs looks like a zombie; it is killed all the same."""
+    sandbox = await _acquire(backend, backends)
+    try:
+        assert "planted" in await _run_ok(sandbox, LURKER)
+        assert (await _run_ok(sandbox, HEARTBEAT_PROBE)).strip() == "gone"
+        await _run_ok(sandbox, LURKER)
+        await backends[backend].release(sandbox)  # the reset between rollouts
+        sandbox = await backends[backend].acquire()
+        assert (await _run_ok(sandbox, HEARTBEAT_PROBE)).strip() == "gone"
+    finally:
+        await backends[backend].release(sandbox)
