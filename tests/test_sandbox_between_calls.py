@@ -121,3 +121,34 @@ async def test_a_thread_of_a_zombie_leader_does_not_outlive_its_call(backend: st
         assert (await _run_ok(sandbox, HEARTBEAT_PROBE)).strip() == "gone"
     finally:
         await backends[backend].release(sandbox)
+
+
+#: Writes a zero status to every descriptor it inherited beyond stdio (the docker spare's status pipe among them),
+#: then exits 152.
+FORGE_STATUS = """
+import os, struct
+for fd in range(3, 64):
+    try:
+        os.write(fd, struct.pack('>I', 0))
+    except OSError:
+        pass
+os._exit(152)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_exit_codes_and_signals_are_told_apart_and_cannot_be_forged(backend: str, backends: dict) -> None:
+    """An exit status of 129..159 is an exit, not a signal; a signal is a signal; no descriptor reports a status."""
+    sandbox = await _acquire(backend, backends)
+    try:
+        for code, exit_code, kind in [
+            ("import sys\nsys.exit(152)", 152, "NonZeroExit"),
+            ("import os\nos._exit(137)", 137, "NonZeroExit"),
+            ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", -9, "Killed"),
+            ("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)", -11, "Segfault"),
+            *[(FORGE_STATUS, 152, "NonZeroExit")] * 3,
+        ]:
+            result = await sandbox.run_python(code, timeout=10)
+            assert (result.exit_code, result.error_kind, result.ok) == (exit_code, kind, False), (code, result)
+    finally:
+        await backends[backend].release(sandbox)

@@ -57,7 +57,6 @@ from sandboxes.docker.worker.program import (
     set_dumpable,
 )
 from sandboxes.docker.worker.wire import LEN as _LEN
-from sandboxes.docker.worker.wire import read_exact as _read_exact
 from sandboxes.docker.worker.wire import read_frame, write_frame
 
 _DEFAULTS = {
@@ -312,8 +311,8 @@ class Worker:
     def _supervise(self, call, stdin_data, timeout, cap, start):
         """Feed stdin, collect capped output, and wait for the call's end or its deadline.
 
-        The usual end is the status the program process (or session) writes after it
-        has released its stdout and stderr; then, when the pipes are at their end
+        The usual end is the exit of the program process, its status as the kernel reports it (``waitpid``; a
+        stateful session's status comes in a frame on its socket); then, when the pipes are at their end
         (nothing left behind holds them), the answer goes out at once and the process
         tree is cleaned up after it (:meth:`after_response`). Otherwise (timeout,
         flood, a crash, something left behind holding the pipes) every process is
@@ -345,7 +344,7 @@ class Worker:
             except OSError:
                 watch = None
         deadline = start + timeout
-        timed_out = exceeded = done = reaped = session_died = status_seen = False
+        timed_out = exceeded = done = reaped = session_died = status_seen = exited = False
         started = pid is None  #: a spare says "S" when it has its code, before the code runs
         exit_code = None
         while not done:
@@ -383,30 +382,31 @@ class Worker:
                         session_died = frame is None
                         exit_code = None if frame is None else frame["exit_code"]
                         status_seen = frame is not None
-                    elif not started:
+                    else:
                         try:
                             started = os.read(fd, 1) == b"S"
                         except OSError:
                             pass
+                        sel.unregister(fd)  # its only message; the status is the process's exit
                         if started:
                             continue
-                    else:
-                        data = _read_exact(fd, 4)
-                        if data is not None:
-                            exit_code, status_seen = _LEN.unpack(data)[0], True
+                        exited = True  # the spare died before its code came
                     done = True
                 elif fd == watch:
-                    done = True
+                    exited = done = True
             if pid is not None and watch is None and not done:
                 try:
                     wpid, status = os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:  # reaped by the SIGCHLD handler
                     wpid, status = pid, REAPED.pop(pid, 0)
                 if wpid == pid:
-                    exit_code, reaped, done = _decode_status(status), True, True
+                    exit_code, reaped, done, status_seen = _decode_status(status), True, True, started
         for fd in (call.status_fd, watch):
             if fd is not None and fd in sel.get_map():
                 sel.unregister(fd)
+        if pid is not None and exited and not reaped:
+            exit_code, reaped = self._wait(pid), True
+            status_seen = started
         at_end = exiting = False
         if not (timed_out or exceeded):
             exceeded, at_end = self._drain(sel, bufs, cap, wait=0.0)
@@ -423,7 +423,7 @@ class Worker:
             # What was written before the kill is in the pipes now; only processes still running could add to it.
             more, _ = self._drain(sel, bufs, cap, wait=0.0 if exiting else 0.5)
             exceeded = exceeded or more
-        elif pid is not None:
+        elif pid is not None and not reaped:
             self.finished = pid
         if timed_out or exceeded:
             exit_code = None
