@@ -152,3 +152,73 @@ async def test_exit_codes_and_signals_are_told_apart_and_cannot_be_forged(backen
             assert (result.exit_code, result.error_kind, result.ok) == (exit_code, kind, False), (code, result)
     finally:
         await backends[backend].release(sandbox)
+
+
+#: Makes one System V semaphore set, shared memory segment and message queue (with a message) and one POSIX
+#: message queue, each under a known key or name.
+IPC_PLANT = """
+import ctypes, os, struct
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_CREAT = 0o1000
+made = [libc.semget(0x5eed, 4, IPC_CREAT | 0o600), libc.shmget(0x5eed, 1 << 20, IPC_CREAT | 0o600),
+        libc.msgget(0x5eed, IPC_CREAT | 0o600)]
+buf = struct.pack('l', 1) + b'marker'
+made.append(libc.msgsnd(made[2], buf, 6, 0))
+libc.mq_open.restype = ctypes.c_int
+made.append(libc.mq_open(b'/cleaner-marker', os.O_CREAT | os.O_RDWR, 0o600, None))
+print(made)
+assert -1 not in made, ctypes.get_errno()
+"""
+
+#: Every System V object the kernel lists, and whether the POSIX queue opens.
+IPC_PROBE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+left = [line.split()[:2] for kind in ('sem', 'shm', 'msg') for line in open(f'/proc/sysvipc/{kind}').readlines()[1:]]
+print(left, libc.mq_open(b'/cleaner-marker', os.O_RDWR, 0, None))
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_no_ipc_object_outlives_its_call(backend: str, backends: dict) -> None:
+    sandbox = await _acquire(backend, backends)
+    try:
+        await _run_ok(sandbox, IPC_PLANT)
+        assert (await _run_ok(sandbox, IPC_PROBE)).strip() == "[] -1"
+        await _run_ok(sandbox, IPC_PLANT)
+        await backends[backend].release(sandbox)
+        sandbox = await backends[backend].acquire()
+        assert (await _run_ok(sandbox, IPC_PROBE)).strip() == "[] -1"
+    finally:
+        await backends[backend].release(sandbox)
+
+
+#: Semaphore sets as large as the kernel gives, up to 200 sets (at the kernel's default, 32000 semaphores each,
+#: 2 MB of kernel memory a set): how many semaphores it gave.
+SEMAPHORE_HOARD = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+sems = sets = 0
+for size in (32000, 1024, 250, 32):
+    while sets < 200 and libc.semget(0, size, 0o1000 | 0o600) != -1:
+        sems, sets = sems + size, sets + 1
+print(sems)
+"""
+
+
+@pytest.mark.docker
+async def test_semaphores_are_bounded_and_do_not_take_a_later_programs_memory(backends: dict) -> None:
+    """The kernel's default lets a container's semaphores take hundreds of MB, charged to it after the program."""
+    from sandboxes.docker.policy import IPC_SEMS, DockerConfig, memory_budget
+
+    sandbox = await _acquire("docker", backends)
+    share = memory_budget(DockerConfig())["program"]
+    try:
+        assert int(await _run_ok(sandbox, SEMAPHORE_HOARD)) <= IPC_SEMS
+        await _run_ok(sandbox, SEMAPHORE_HOARD)
+        await backends["docker"].release(sandbox)
+        sandbox = await backends["docker"].acquire()
+        big = min(150 << 20, share // 2)
+        assert (await _run_ok(sandbox, f"x = bytearray({big})\nprint(len(x))")).strip() == str(big)
+    finally:
+        await backends["docker"].release(sandbox)

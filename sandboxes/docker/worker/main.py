@@ -16,8 +16,8 @@ Requests (``op``):
   outcome: ``exit_code`` (negative: killed by that signal), ``stdout``/``stderr``
   (base64, each capped at ``max_output`` bytes while it is produced), ``timed_out``,
   ``output_exceeded``, ``oom_killed``, ``state_lost``, ``duration``.
-- ``reset``: kill every process but the worker, empty the work and temp dirs,
-  forget the stateful session.
+- ``reset``: kill every process but the worker, remove every IPC object, empty the
+  work and temp dirs, forget the stateful session.
 
 Modes: stateless (default) forks a child per call, so every call sees a fresh
 namespace. Stateful keeps one forked *session* process whose namespace survives
@@ -27,7 +27,9 @@ state is lost, and the answer says so).
 
 After every call the whole process tree of the call is killed: every process in
 the container except the worker (and the stateful session) is sent SIGKILL, which
-also catches children that left the process group with ``setsid``; with no session
+also catches children that left the process group with ``setsid`` and processes whose
+main thread has exited while another runs; then (stateless mode) every System V and
+POSIX IPC object of the container is removed; with no session
 to keep, the worker, as PID 1, does it in one ``kill(-1)`` that a fork bomb cannot
 outrun. As PID 1 of the container the worker ignores signals it has no handler for, so the program
 cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned zombies.
@@ -45,7 +47,15 @@ import sys
 import time
 
 from sandboxes.docker.worker import procs
-from sandboxes.docker.worker.procs import REAPED, empty_dir, kill_all, kill_others, oom_kills, other_pids
+from sandboxes.docker.worker.procs import (
+    REAPED,
+    empty_dir,
+    kill_all,
+    kill_others,
+    oom_kills,
+    other_pids,
+    remove_ipc,
+)
 from sandboxes.docker.worker.program import (
     _child_setup,
     _decode_status,
@@ -139,6 +149,7 @@ class Worker:
         self.stop_session()
         self.drop_spares()
         killed, _ = self.end_others()
+        remove_ipc()
         empty_dir(self.workdir)
         for path in self.config["scratch"]:
             empty_dir(path)
@@ -157,7 +168,8 @@ class Worker:
         if finished is not None:
             self.exiting = finished
         if self.config["stateful"]:
-            return
+            return  # the session's IPC objects are part of its state, until the reset
+        remove_ipc()
         self.spares = [spare for spare in self.spares if spare.usable() or spare.discard()]
         while len(self.spares) < max(1, int(self.config["spares"])):
             if self.spares and req_fd is not None and _waiting(req_fd):

@@ -147,6 +147,55 @@ def kill_all(wait=0.0):
         time.sleep(0.001 if attempt < 100 else 0.01)
 
 
+try:  # standard library, but an interpreter may be built without it
+    import ctypes
+
+    _libc = ctypes.CDLL(None, use_errno=True)
+except (ImportError, OSError):
+    _libc = None
+
+IPC_RMID = 0
+_MQUEUE_DIR = "/dev/mqueue"
+
+
+def remove_ipc():
+    """Remove every System V semaphore set, shared memory segment and message queue, and every POSIX message
+    queue, of the container's own IPC namespace; return how many.
+
+    They outlive the process that made them; the programs run as the worker's uid, their creator, which may
+    always remove them (a program cannot give one away: ``IPC_SET`` keeps its creator, a queue's owner needs
+    ``CAP_CHOWN`` to change). A shared memory segment still attached (by nothing: every program process is dead
+    by now) would go with its last detach.
+    """
+    removed = 0
+    if _libc is not None:
+        for kind, rmid in (
+            ("sem", lambda ident: _libc.semctl(ident, 0, IPC_RMID)),
+            ("shm", lambda ident: _libc.shmctl(ident, IPC_RMID, None)),
+            ("msg", lambda ident: _libc.msgctl(ident, IPC_RMID, None)),
+        ):
+            try:
+                with open(f"/proc/sysvipc/{kind}") as f:
+                    rows = f.read().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                fields = row.split()
+                if len(fields) > 1 and fields[1].isdigit() and rmid(int(fields[1])) == 0:
+                    removed += 1
+    try:
+        names = os.listdir(_MQUEUE_DIR)
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            os.unlink(os.path.join(_MQUEUE_DIR, name))
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
 def oom_kills():
     """The container's OOM-kill counter (cgroup v2 or v1), or None when unreadable."""
     for path in _OOM_FILES:
