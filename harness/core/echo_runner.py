@@ -17,10 +17,16 @@ program with the same observable behaviour, written for this project, that any s
   line of that block; N is the exception's own ``lineno`` when it has one, else the line of the
   innermost traceback frame, plus the lines before the block for the final expression. The program
   then exits with status 1 at once, so what it printed to stdout and did not flush is lost (stdout is
-  block-buffered, as in a worker started without ``PYTHONUNBUFFERED``);
+  block-buffered, as in a worker started without ``PYTHONUNBUFFERED``). Lines are the source's lines
+  as Python splits them (at ``\n``, ``\r\n`` and ``\r`` only). What the code leaves to the wrapper's
+  end (a final value whose ``repr`` raises, a ``KeyboardInterrupt``) is reported the same way, never
+  as a traceback of the wrapper;
 * at its time limit the program prints ``Suicide from timeout.`` to stdout (flushing what it had
   printed) and ends; past its CPU-time limit it is killed outright. Both end as a ``Timeout``
   (``SIGXCPU``), which the ``reference`` framing reports as ``reason: worker_timeout``.
+
+The wrapper's own imports never come from the work dir (files an earlier call left there); the code's
+imports do, as in a fresh interpreter.
 
 Not reproduced: code-judge's 512 MB address-space limit (the sandbox's own memory limit applies) and
 the ``input`` argument a call may carry as stdin (the schema has no such argument).
