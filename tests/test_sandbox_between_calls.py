@@ -8,13 +8,19 @@ without an engine).
 
 from __future__ import annotations
 
+import os
 import platform
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
 from sandboxes.base import Sandbox
+from sandboxes.local.procs import _pids_of_session, _pids_of_uid
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -222,3 +228,29 @@ async def test_semaphores_are_bounded_and_do_not_take_a_later_programs_memory(ba
         assert (await _run_ok(sandbox, f"x = bytearray({big})\nprint(len(x))")).strip() == str(big)
     finally:
         await backends["docker"].release(sandbox)
+
+
+async def test_the_local_sweeps_find_a_process_whose_main_thread_has_exited() -> None:
+    """The sweeps without bwrap (by uid, by session) look at a zombie's threads, as the docker worker does."""
+    # a child in a session of its own whose main thread exits while another sleeps; it prints its pid first
+    code = (
+        "import ctypes, os, sys, threading, time\nos.setsid()\nprint(os.getpid(), flush=True)\n"
+        "threading.Thread(target=time.sleep, args=(30,)).start()\n"
+        f"ctypes.CDLL(None).syscall({SYS_EXIT}, 0)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        for _ in range(100):
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        else:
+            raise AssertionError("the main thread did not exit")
+        assert pid in _pids_of_uid(os.getuid())
+        assert pid in _pids_of_session(pid)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()

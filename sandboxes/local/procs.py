@@ -79,8 +79,25 @@ class _UidLease:
             self._fd = None
 
 
+def _threads_run(pid: str) -> bool:
+    """Whether a process that ``/proc/PID/stat`` shows as a zombie still has a thread that runs: its main thread
+    has exited while another runs on."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            state = Path(f"/proc/{pid}/task/{tid}/stat").read_bytes().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            return True
+    return False
+
+
 def _pids_of_uid(uid: int) -> list[int]:
-    """Live (non-zombie) processes whose real uid is ``uid``.
+    """Processes whose real uid is ``uid`` with a thread that runs (a zombie whose other threads run is one).
 
     Reads each ``/proc/PID/status`` as bytes and looks for its ``Uid:`` and ``State:`` lines without parsing the
     rest (the scan runs while a sandbox is made and after every killed run, so its cost is per process on the
@@ -101,7 +118,7 @@ def _pids_of_uid(uid: int) -> list[int]:
             continue
         finally:
             os.close(fd)
-        if uid_line in status and zombie not in status:
+        if uid_line in status and (zombie not in status or _threads_run(entry)):
             pids.append(int(entry))
     return pids
 
@@ -116,7 +133,7 @@ def _pids_of_session(sid: int) -> list[int]:
         except OSError:
             continue
         parts = stat.rsplit(")", 1)[-1].split()
-        if len(parts) > 4 and parts[0] != "Z" and int(parts[3]) == sid:
+        if len(parts) > 4 and int(parts[3]) == sid and (parts[0] != "Z" or _threads_run(entry)):
             pids.append(int(entry))
     return pids
 
