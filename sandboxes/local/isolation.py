@@ -264,7 +264,7 @@ def bwrap_argv(
         made.add(root)
     bw += ["--chdir", chdir, "--"]
     if report_fd is not None:
-        bw += [interp.path, "-S", "-E", "-s", "-c", _REPORT_SHIM, str(report_fd)]
+        bw += [interp.path, "-I", "-S", "-c", _REPORT_SHIM, str(report_fd)]  # -I: nothing from the work dir
     if drop_to is not None:
         bw += drop_argv(drop_to, interp.path)
     return bw
