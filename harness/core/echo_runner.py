@@ -17,10 +17,16 @@ program with the same observable behaviour, written for this project, that any s
   line of that block; N is the exception's own ``lineno`` when it has one, else the line of the
   innermost traceback frame, plus the lines before the block for the final expression. The program
   then exits with status 1 at once, so what it printed to stdout and did not flush is lost (stdout is
-  block-buffered, as in a worker started without ``PYTHONUNBUFFERED``);
+  block-buffered, as in a worker started without ``PYTHONUNBUFFERED``). Lines are the source's lines
+  as Python splits them (at ``\n``, ``\r\n`` and ``\r`` only). What the code leaves to the wrapper's
+  end (a final value whose ``repr`` raises, a ``KeyboardInterrupt``) is reported the same way, never
+  as a traceback of the wrapper;
 * at its time limit the program prints ``Suicide from timeout.`` to stdout (flushing what it had
   printed) and ends; past its CPU-time limit it is killed outright. Both end as a ``Timeout``
   (``SIGXCPU``), which the ``reference`` framing reports as ``reason: worker_timeout``.
+
+The wrapper's own imports never come from the work dir (files an earlier call left there); the code's
+imports do, as in a fresh interpreter.
 
 Not reproduced: code-judge's 512 MB address-space limit (the sandbox's own memory limit applies) and
 the ``input`` argument a call may carry as stdin (the schema has no such argument).
@@ -33,12 +39,20 @@ import re
 
 #: The wrapper; ``__cleaner_echo(code, limit)`` runs one call.
 _PRELUDE = r"""from __future__ import annotations
-import ast, base64, io, linecache, os, resource, signal, sys, traceback
+import os, sys
+__cleaner_path = sys.path[:]
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != os.path.realpath(".")]
+import ast, base64, io, linecache, resource, signal, traceback
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
 from types import CodeType
 from typing import *
 from typing import Any, Optional
+sys.path[:] = __cleaner_path
+
+
+def __cleaner_lines(code):
+    return code.replace("\r\n", "\n").replace("\r", "\n").split("\n")
 
 
 def __cleaner_error(exc, code, offset=0):
@@ -50,8 +64,12 @@ def __cleaner_error(exc, code, offset=0):
         lineno = tb.tb_lineno if tb is not None else -1
     if isinstance(lineno, int) and lineno != -1:
         lineno += offset
-    kind, message = type(exc).__name__, str(exc)
-    lines = code.splitlines()
+    kind = type(exc).__name__
+    try:
+        message = str(exc)
+    except BaseException:
+        message = "<exception str() failed>"
+    lines = __cleaner_lines(code)
     if isinstance(lineno, int) and lineno != -1 and 0 <= lineno - 1 < len(lines):
         return f"{kind} at line {lineno}: {message}\n  {lines[lineno - 1]}"
     return f"{kind}: {message}"
@@ -87,10 +105,11 @@ def __cleaner_echo(code, limit):
     except Exception as exc:
         __cleaner_fail(exc, code)
     body, last = code, None
+    offset = 0
     if tree.body and isinstance(tree.body[-1], ast.Expr):
-        node, lines = tree.body[-1], code.splitlines()
-        body = "\n".join(lines[: node.lineno - 1])
-        last = "\n".join(lines[node.lineno - 1 : node.end_lineno or node.lineno])
+        node, lines, offset = tree.body[-1], __cleaner_lines(code), tree.body[-1].lineno - 1
+        body = "\n".join(lines[:offset])
+        last = "\n".join(lines[offset : node.end_lineno or node.lineno])
     if body:
         try:
             exec(compile(body, "<string>", "exec"), namespace)
@@ -103,23 +122,39 @@ def __cleaner_echo(code, limit):
             try:
                 exec(compile(last, "<string>", "exec"), namespace)
             except Exception as exc:
-                __cleaner_fail(exc, last, len(body.splitlines()) if body else 0)
+                __cleaner_fail(exc, last, offset)
         else:
             if value is not None:
                 print(repr(value))
     sys.stdout.flush()
+
+
+def __cleaner_run(code, limit):
+    try:
+        __cleaner_echo(code, limit)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # what the program left to the end (a repr that raises, a KeyboardInterrupt)
+        __cleaner_fail(exc, code)
 """
 
 
 def echo_program(code: str, limit: float) -> str:
     """The program that runs ``code`` as a ``reference`` call does, ended after ``limit`` seconds."""
-    return f"{_PRELUDE}\n__cleaner_echo({code!r}, {max(1, math.ceil(limit))})\n"
+    return f"{_PRELUDE}\n__cleaner_run({code!r}, {max(1, math.ceil(limit))})\n"
 
 
 _ERROR_LINE = re.compile(r"(?P<kind>[A-Za-z_]\w*)(?: at line \d+)?: ")
 
 
 def error_kind(stderr: str) -> str | None:
-    """The exception class an echo program reported on its stderr (it prints no traceback), or None."""
-    match = _ERROR_LINE.match(stderr)
-    return match.group("kind") if match else None
+    """The exception class an echo program reported on its stderr (it prints no traceback), or None.
+
+    The report is the last thing the program writes (it exits right after), so the last line of that form is
+    read: what the program wrote to stderr before it is the program's own text.
+    """
+    for line in reversed(stderr.split("\n")):
+        match = _ERROR_LINE.match(line)
+        if match:
+            return match.group("kind")
+    return None

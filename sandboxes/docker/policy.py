@@ -78,11 +78,28 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 #: attributes tmpfs charges against the inode count) holds; it stays charged to the container until the file
 #: is removed, and the tmpfs ``size`` does not bound it (an empty file or directory takes no block).
 INODE_BYTES = 4 << 10
-#: System V IPC bounds of the container's own IPC namespace: segments and message queues outlive the program
-#: that made them and stay charged to the container, so they are bounded here (and counted in the budget).
+#: IPC bounds of the container's own IPC namespace. Its objects outlive the program that made them (the worker
+#: removes them after each call) and are charged to the container, so each kind is bounded here and counted in
+#: the budget. System V: shared memory segments, message queues, and semaphores (the kernel's default, 32000 per
+#: set in 32000 sets at 64 bytes each, let 200 sets take 400 MB).
 IPC_SHM_BYTES = 16 << 20
 IPC_MSG_QUEUES = 16
 IPC_MSG_QUEUE_BYTES = 16 << 10
+IPC_SEM_SETS = 32
+IPC_SEMS = 1024  #: semaphores in all sets together (also the most in one set)
+#: kernel memory counted per semaphore (its ``struct sem`` is one cache line; with room for the set's header)
+IPC_SEM_BYTES = 256
+#: POSIX message queues: how many, and messages of what size each may hold
+MQ_QUEUES = 16
+MQ_MESSAGES = 10
+MQ_MESSAGE_BYTES = 8 << 10
+#: What all IPC objects may hold at once, counted in the budget (a POSIX queue's messages with their headers).
+IPC_BYTES = (
+    IPC_SHM_BYTES
+    + IPC_MSG_QUEUES * IPC_MSG_QUEUE_BYTES
+    + IPC_SEMS * IPC_SEM_BYTES
+    + MQ_QUEUES * MQ_MESSAGES * (MQ_MESSAGE_BYTES + 256)
+)
 #: What the worker process and its spare program processes may hold at once: measured near 55 MiB when idle
 #: (the interpreter with numpy and sympy), plus a call's output (two streams up to ``max_output``, each held
 #: as bytes, base64 and JSON on its way out) and the request's own stdin and files.
@@ -183,7 +200,7 @@ def memory_budget(config: DockerConfig) -> dict[str, int]:
         )
     )
     inodes = (config.workdir_inodes + config.tmp_inodes + config.shm_inodes) * INODE_BYTES
-    ipc = IPC_SHM_BYTES + IPC_MSG_QUEUES * IPC_MSG_QUEUE_BYTES
+    ipc = IPC_BYTES
     worker = WORKER_BYTES + 2 * config.max_output
     memory = size_bytes(config.memory, "memory")
     return {
@@ -253,14 +270,19 @@ def container_spec(config: DockerConfig, image: str, labels: dict[str, str] | No
         "cpu_quota": round(config.cpus * CPU_PERIOD_US),
         "security_opt": ["no-new-privileges"],
         "cap_drop": ["ALL"],
-        # an IPC namespace of its own without Docker's /dev/shm (ours above is inode-capped), its System V
-        # objects bounded (they outlive the program that made them)
+        # an IPC namespace of its own without Docker's /dev/shm (ours above is inode-capped), its objects bounded
+        # (they outlive the program that made them)
         "ipc_mode": "none",
         "sysctls": {
             "kernel.shmmax": str(IPC_SHM_BYTES),
             "kernel.shmall": str(IPC_SHM_BYTES // 4096),
             "kernel.msgmni": str(IPC_MSG_QUEUES),
             "kernel.msgmnb": str(IPC_MSG_QUEUE_BYTES),
+            # SEMMSL SEMMNS SEMOPM SEMMNI
+            "kernel.sem": f"{IPC_SEMS} {IPC_SEMS} 32 {IPC_SEM_SETS}",
+            "fs.mqueue.queues_max": str(MQ_QUEUES),
+            "fs.mqueue.msg_max": str(MQ_MESSAGES),
+            "fs.mqueue.msgsize_max": str(MQ_MESSAGE_BYTES),
         },
         "init": config.transport == "exec",  # a reaper for the exec transport; the attach worker reaps itself
         "stdin_open": config.transport == "attach",

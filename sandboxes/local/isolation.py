@@ -55,6 +55,34 @@ _DROP_SHIM = (
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
 
+#: Runs the program inside bwrap as its child and writes how it ended to descriptor ``argv[1]`` (``exit N`` or
+#: ``signal N``, from ``waitpid``): bwrap reports a death by signal N as exit status 128 + N, which a program can
+#: also exit with. The program gets no copy of that descriptor, and cannot reach this process: as root it runs
+#: as another uid, otherwise this process makes itself not dumpable first (no ``ptrace``, no ``/proc/PID/fd``).
+#: It lets go of the call's stdio, so that their end is the program's.
+_REPORT_SHIM = (
+    "import os, sys\n"
+    "fd = int(sys.argv[1])\n"
+    "if os.getuid() != 0:\n"
+    "    import ctypes\n"
+    "    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\n"
+    "os.set_inheritable(fd, False)\n"
+    "pid = os.fork()\n"
+    "if pid == 0:\n"
+    "    try:\n"
+    "        os.execv(sys.argv[2], sys.argv[2:])\n"
+    "    finally:\n"
+    "        os._exit(127)\n"
+    "null = os.open(os.devnull, os.O_RDWR)\n"
+    "for target in (0, 1, 2):\n"
+    "    os.dup2(null, target)\n"
+    "status = os.waitpid(pid, 0)[1]\n"
+    "if os.WIFSIGNALED(status):\n"
+    "    os.write(fd, b'signal %d\\n' % os.WTERMSIG(status))\n"
+    "else:\n"
+    "    os.write(fd, b'exit %d\\n' % os.waitstatus_to_exitcode(status))\n"
+)
+
 
 class IsolationUnavailable(SandboxError):
     """The local sandbox cannot isolate programs here and was not told to run them unisolated."""
@@ -186,6 +214,7 @@ def bwrap_argv(
     chdir: str,
     drop_to: int | None,
     status: Sequence[str] = (),
+    report_fd: int | None = None,
 ) -> list[str]:
     """The bwrap command line up to the program's own argv.
 
@@ -194,7 +223,8 @@ def bwrap_argv(
     ``tmpdir`` at ``/tmp``. The parents of an interpreter root are made ``0755``, so
     an unprivileged uid reaches a virtualenv below an unreadable home (``/root`` is
     ``0700``; bwrap would copy that mode). ``drop_to``: the uid to switch to (root only).
-    ``status``: bwrap's options that report its state (``--json-status-fd FD``).
+    ``status``: bwrap's options that report its state (``--json-status-fd FD``). ``report_fd``: a descriptor the
+    program's exit status is written to, exactly (see :data:`_REPORT_SHIM`).
     """
     bw = [
         bwrap,
@@ -233,6 +263,8 @@ def bwrap_argv(
         bw += ["--ro-bind", root, root]
         made.add(root)
     bw += ["--chdir", chdir, "--"]
+    if report_fd is not None:
+        bw += [interp.path, "-I", "-S", "-c", _REPORT_SHIM, str(report_fd)]  # -I: nothing from the work dir
     if drop_to is not None:
         bw += drop_argv(drop_to, interp.path)
     return bw

@@ -79,8 +79,25 @@ class _UidLease:
             self._fd = None
 
 
+def _threads_run(pid: str) -> bool:
+    """Whether a process that ``/proc/PID/stat`` shows as a zombie still has a thread that runs: its main thread
+    has exited while another runs on."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            state = Path(f"/proc/{pid}/task/{tid}/stat").read_bytes().rpartition(b")")[2].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in (b"Z", b"X"):
+            return True
+    return False
+
+
 def _pids_of_uid(uid: int) -> list[int]:
-    """Live (non-zombie) processes whose real uid is ``uid``.
+    """Processes whose real uid is ``uid`` with a thread that runs (a zombie whose other threads run is one).
 
     Reads each ``/proc/PID/status`` as bytes and looks for its ``Uid:`` and ``State:`` lines without parsing the
     rest (the scan runs while a sandbox is made and after every killed run, so its cost is per process on the
@@ -101,7 +118,7 @@ def _pids_of_uid(uid: int) -> list[int]:
             continue
         finally:
             os.close(fd)
-        if uid_line in status and zombie not in status:
+        if uid_line in status and (zombie not in status or _threads_run(entry)):
             pids.append(int(entry))
     return pids
 
@@ -116,7 +133,7 @@ def _pids_of_session(sid: int) -> list[int]:
         except OSError:
             continue
         parts = stat.rsplit(")", 1)[-1].split()
-        if len(parts) > 4 and parts[0] != "Z" and int(parts[3]) == sid:
+        if len(parts) > 4 and int(parts[3]) == sid and (parts[0] != "Z" or _threads_run(entry)):
             pids.append(int(entry))
     return pids
 
@@ -216,6 +233,9 @@ class NamespaceWatch:
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.read_fd, False)
+        #: the pipe the program's exit status comes on, exactly (``isolation._REPORT_SHIM``)
+        self.report_r, self.report_w = os.pipe()
+        os.set_blocking(self.report_r, False)
         self._text = b""
         self._pidfd: int | None = None
         self._known: asyncio.Future[None] | None = None  #: done once the init's pid is known (or never will be)
@@ -225,10 +245,15 @@ class NamespaceWatch:
         """bwrap's option that writes its status to our pipe (the descriptor is passed to it as is)."""
         return ["--json-status-fd", str(self.write_fd)]
 
+    def pass_fds(self) -> tuple[int, int]:
+        """The descriptors bwrap gets: its status pipe and the program's."""
+        return self.write_fd, self.report_w
+
     def start(self) -> None:
-        """Once bwrap runs: keep only its copy of the write end, and read what it writes as it comes."""
+        """Once bwrap runs: keep only its copies of the write ends, and read what it writes as it comes."""
         os.close(self.write_fd)
-        self.write_fd = -1
+        os.close(self.report_w)
+        self.write_fd = self.report_w = -1
         loop = asyncio.get_running_loop()
         self._known = loop.create_future()
         loop.add_reader(self.read_fd, self._read)
@@ -270,14 +295,25 @@ class NamespaceWatch:
         except TimeoutError:
             return False
 
+    def exit_status(self) -> int | None:
+        """How the program ended once bwrap has: its exit status, or ``-N`` for signal N; None when not reported
+        (the program was killed with everything else, or killed the process that reports it)."""
+        try:
+            words = os.read(self.report_r, 64).split()
+        except OSError:
+            return None
+        if len(words) == 2 and words[0] in (b"exit", b"signal") and words[1].isdigit():
+            return int(words[1]) if words[0] == b"exit" else -int(words[1])
+        return None
+
     def close(self) -> None:
         if self._known is not None and not self._known.done():
             asyncio.get_running_loop().remove_reader(self.read_fd)
             self._known.cancel()
-        for fd in (self.read_fd, self.write_fd, self._pidfd):
+        for fd in (self.read_fd, self.write_fd, self._pidfd, self.report_r, self.report_w):
             if fd is not None and fd >= 0:
                 os.close(fd)
-        self.read_fd = self.write_fd = -1
+        self.read_fd = self.write_fd = self.report_r = self.report_w = -1
         self._pidfd = None
 
 
@@ -323,7 +359,7 @@ async def run_fenced(
             env=env,
             start_new_session=True,
             preexec_fn=preexec,
-            pass_fds=(namespace.write_fd,) if namespace else (),
+            pass_fds=namespace.pass_fds() if namespace else (),
             **user_kwargs,
         )
     )

@@ -164,8 +164,17 @@ class LocalSandbox(Sandbox):
     def _wrap(self, argv: list[str], chdir: str, namespace: NamespaceWatch) -> list[str]:
         """``argv`` inside bwrap, dropping to the sandbox uid, its status reported to ``namespace``."""
         assert self.choice.bwrap is not None
-        drop_to, status = self.uid, namespace.argv()
-        return bwrap_argv(self.choice.bwrap, self._interp, self.workdir, self._tmpdir, chdir, drop_to, status) + argv
+        bw = bwrap_argv(
+            self.choice.bwrap,
+            self._interp,
+            self.workdir,
+            self._tmpdir,
+            chdir,
+            self.uid,
+            namespace.argv(),
+            report_fd=namespace.report_w,
+        )
+        return bw + argv
 
     # ----------------------------------------------------------------- files
 
@@ -349,8 +358,11 @@ class LocalSandbox(Sandbox):
                 sandbox_failed=True,
                 extra=self._extra(),
             )
-        if self.isolation == "bwrap" and code is not None and 128 < code < 160:
-            code = -(code - 128)  # bwrap's init reports a signal death as 128 + N
+        if namespace is not None and code is not None:
+            # bwrap's own status reads a death by signal N as 128 + N; the program's exact one is reported apart.
+            # Without it the program killed what reports it, and bwrap's status says how that ended.
+            reported = namespace.exit_status()
+            code = reported if reported is not None else (-(code - 128) if 128 < code < 160 else code)
         stdout, stderr = _text(out), _text(err)
         kind = classify(
             None if (timed_out or output_exceeded) else code,

@@ -16,8 +16,8 @@ Requests (``op``):
   outcome: ``exit_code`` (negative: killed by that signal), ``stdout``/``stderr``
   (base64, each capped at ``max_output`` bytes while it is produced), ``timed_out``,
   ``output_exceeded``, ``oom_killed``, ``state_lost``, ``duration``.
-- ``reset``: kill every process but the worker, empty the work and temp dirs,
-  forget the stateful session.
+- ``reset``: kill every process but the worker, remove every IPC object, empty the
+  work and temp dirs, forget the stateful session.
 
 Modes: stateless (default) forks a child per call, so every call sees a fresh
 namespace. Stateful keeps one forked *session* process whose namespace survives
@@ -27,7 +27,9 @@ state is lost, and the answer says so).
 
 After every call the whole process tree of the call is killed: every process in
 the container except the worker (and the stateful session) is sent SIGKILL, which
-also catches children that left the process group with ``setsid``; with no session
+also catches children that left the process group with ``setsid`` and processes whose
+main thread has exited while another runs; then (stateless mode) every System V and
+POSIX IPC object of the container is removed; with no session
 to keep, the worker, as PID 1, does it in one ``kill(-1)`` that a fork bomb cannot
 outrun. As PID 1 of the container the worker ignores signals it has no handler for, so the program
 cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned zombies.
@@ -45,7 +47,15 @@ import sys
 import time
 
 from sandboxes.docker.worker import procs
-from sandboxes.docker.worker.procs import REAPED, empty_dir, kill_all, kill_others, oom_kills, other_pids
+from sandboxes.docker.worker.procs import (
+    REAPED,
+    empty_dir,
+    kill_all,
+    kill_others,
+    oom_kills,
+    other_pids,
+    remove_ipc,
+)
 from sandboxes.docker.worker.program import (
     _child_setup,
     _decode_status,
@@ -57,7 +67,6 @@ from sandboxes.docker.worker.program import (
     set_dumpable,
 )
 from sandboxes.docker.worker.wire import LEN as _LEN
-from sandboxes.docker.worker.wire import read_exact as _read_exact
 from sandboxes.docker.worker.wire import read_frame, write_frame
 
 _DEFAULTS = {
@@ -140,6 +149,7 @@ class Worker:
         self.stop_session()
         self.drop_spares()
         killed, _ = self.end_others()
+        remove_ipc()
         empty_dir(self.workdir)
         for path in self.config["scratch"]:
             empty_dir(path)
@@ -158,7 +168,8 @@ class Worker:
         if finished is not None:
             self.exiting = finished
         if self.config["stateful"]:
-            return
+            return  # the session's IPC objects are part of its state, until the reset
+        remove_ipc()
         self.spares = [spare for spare in self.spares if spare.usable() or spare.discard()]
         while len(self.spares) < max(1, int(self.config["spares"])):
             if self.spares and req_fd is not None and _waiting(req_fd):
@@ -312,8 +323,8 @@ class Worker:
     def _supervise(self, call, stdin_data, timeout, cap, start):
         """Feed stdin, collect capped output, and wait for the call's end or its deadline.
 
-        The usual end is the status the program process (or session) writes after it
-        has released its stdout and stderr; then, when the pipes are at their end
+        The usual end is the exit of the program process, its status as the kernel reports it (``waitpid``; a
+        stateful session's status comes in a frame on its socket); then, when the pipes are at their end
         (nothing left behind holds them), the answer goes out at once and the process
         tree is cleaned up after it (:meth:`after_response`). Otherwise (timeout,
         flood, a crash, something left behind holding the pipes) every process is
@@ -345,7 +356,7 @@ class Worker:
             except OSError:
                 watch = None
         deadline = start + timeout
-        timed_out = exceeded = done = reaped = session_died = status_seen = False
+        timed_out = exceeded = done = reaped = session_died = status_seen = exited = False
         started = pid is None  #: a spare says "S" when it has its code, before the code runs
         exit_code = None
         while not done:
@@ -383,30 +394,31 @@ class Worker:
                         session_died = frame is None
                         exit_code = None if frame is None else frame["exit_code"]
                         status_seen = frame is not None
-                    elif not started:
+                    else:
                         try:
                             started = os.read(fd, 1) == b"S"
                         except OSError:
                             pass
+                        sel.unregister(fd)  # its only message; the status is the process's exit
                         if started:
                             continue
-                    else:
-                        data = _read_exact(fd, 4)
-                        if data is not None:
-                            exit_code, status_seen = _LEN.unpack(data)[0], True
+                        exited = True  # the spare died before its code came
                     done = True
                 elif fd == watch:
-                    done = True
+                    exited = done = True
             if pid is not None and watch is None and not done:
                 try:
                     wpid, status = os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:  # reaped by the SIGCHLD handler
                     wpid, status = pid, REAPED.pop(pid, 0)
                 if wpid == pid:
-                    exit_code, reaped, done = _decode_status(status), True, True
+                    exit_code, reaped, done, status_seen = _decode_status(status), True, True, started
         for fd in (call.status_fd, watch):
             if fd is not None and fd in sel.get_map():
                 sel.unregister(fd)
+        if pid is not None and exited and not reaped:
+            exit_code, reaped = self._wait(pid), True
+            status_seen = started
         at_end = exiting = False
         if not (timed_out or exceeded):
             exceeded, at_end = self._drain(sel, bufs, cap, wait=0.0)
@@ -423,7 +435,7 @@ class Worker:
             # What was written before the kill is in the pipes now; only processes still running could add to it.
             more, _ = self._drain(sel, bufs, cap, wait=0.0 if exiting else 0.5)
             exceeded = exceeded or more
-        elif pid is not None:
+        elif pid is not None and not reaped:
             self.finished = pid
         if timed_out or exceeded:
             exit_code = None

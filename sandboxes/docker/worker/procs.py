@@ -22,8 +22,31 @@ def _proc_state(pid):
         return None
 
 
+def _runs(pid):
+    """Whether any thread of ``pid`` still runs code: a process whose main thread has exited shows ``Z`` in its
+    ``/proc/PID/stat`` while its other threads run on, so a zombie's threads are looked at one by one."""
+    state = _proc_state(pid)
+    if state is None or state == b"X":
+        return False
+    if state != b"Z":
+        return True
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                if f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X"):
+                    return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
 def other_pids(keep):
-    """Live (non-zombie) processes visible in /proc other than those in ``keep``.
+    """Processes visible in /proc other than those in ``keep`` with a thread that still runs (a zombie whose
+    threads have all ended is not one; a zombie main thread whose other threads run is).
 
     Only inside a container of its own (``contained``) is that every process; run
     anywhere else (a developer trying the worker out), the worker confines itself
@@ -33,7 +56,7 @@ def other_pids(keep):
     for name in os.listdir("/proc"):
         if name.isdigit():
             pid = int(name)
-            if pid not in keep and _proc_state(pid) not in (None, b"Z", b"X"):
+            if pid not in keep and _runs(pid):
                 if CONTAINED or _descends_from(pid, os.getpid()):
                     pids.append(pid)
     return pids
@@ -122,6 +145,55 @@ def kill_all(wait=0.0):
         if time.monotonic() >= deadline or not other_pids({os.getpid()}):
             return
         time.sleep(0.001 if attempt < 100 else 0.01)
+
+
+try:  # standard library, but an interpreter may be built without it
+    import ctypes
+
+    _libc = ctypes.CDLL(None, use_errno=True)
+except (ImportError, OSError):
+    _libc = None
+
+IPC_RMID = 0
+_MQUEUE_DIR = "/dev/mqueue"
+
+
+def remove_ipc():
+    """Remove every System V semaphore set, shared memory segment and message queue, and every POSIX message
+    queue, of the container's own IPC namespace; return how many.
+
+    They outlive the process that made them; the programs run as the worker's uid, their creator, which may
+    always remove them (a program cannot give one away: ``IPC_SET`` keeps its creator, a queue's owner needs
+    ``CAP_CHOWN`` to change). A shared memory segment still attached (by nothing: every program process is dead
+    by now) would go with its last detach.
+    """
+    removed = 0
+    if _libc is not None:
+        for kind, rmid in (
+            ("sem", lambda ident: _libc.semctl(ident, 0, IPC_RMID)),
+            ("shm", lambda ident: _libc.shmctl(ident, IPC_RMID, None)),
+            ("msg", lambda ident: _libc.msgctl(ident, IPC_RMID, None)),
+        ):
+            try:
+                with open(f"/proc/sysvipc/{kind}") as f:
+                    rows = f.read().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                fields = row.split()
+                if len(fields) > 1 and fields[1].isdigit() and rmid(int(fields[1])) == 0:
+                    removed += 1
+    try:
+        names = os.listdir(_MQUEUE_DIR)
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            os.unlink(os.path.join(_MQUEUE_DIR, name))
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 def oom_kills():

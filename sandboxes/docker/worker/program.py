@@ -191,7 +191,8 @@ def execute(code, namespace):
     import linecache
     import traceback
 
-    linecache.cache["<string>"] = (len(code), None, code.splitlines(True), "<string>")
+    lines = [line + "\n" for line in code.replace("\r\n", "\n").replace("\r", "\n").split("\n")]  # as Python splits
+    linecache.cache["<string>"] = (len(code), None, lines, "<string>")
     status = 0
     try:
         exec(compile(code, "<string>", "exec"), namespace)
@@ -265,8 +266,9 @@ class _Spare:
     """A program process forked ahead of its call (so the fork is off the critical path).
 
     It is set up completely (own session, stdio on fresh pipes, work dir) and waits
-    for its code on a control pipe; after running it, it releases its stdio and
-    writes its exit status to a status pipe. Until its code comes it is not dumpable
+    for its code on a control pipe; it says on a status pipe that the code came, closes
+    that pipe, and runs the code: its exit status is what the kernel reports of its exit
+    (``waitpid``), which no program can write. Until its code comes it is not dumpable
     (inherited from the worker), so a program running meanwhile cannot open its pipes
     through ``/proc`` nor trace it; it can kill or stop it, which the worker checks
     before it hands the spare a call (:meth:`usable`).
@@ -299,13 +301,10 @@ class _Spare:
                     os._exit(0)
                 os.close(ctl)
                 os.write(st, b"S")  # the code came: from here on a death is the program's
+                os.close(st)  # nothing the program holds reports a status: the worker reads it from its exit
                 _become_program()
                 status = execute(request["code"], _fresh_namespace())
                 _join_threads()
-                devnull = os.open(os.devnull, os.O_RDWR)
-                for target in (0, 1, 2):  # release the pipes so that the worker sees their end
-                    os.dup2(devnull, target)
-                os.write(st, _LEN.pack(status))  # then its exit, at idle priority (see _child_setup)
             finally:
                 os._exit(status)
         for fd in (in_r, out_w, err_w, ctl_r, st_w):
