@@ -44,6 +44,7 @@ SHIPPED_SAAR = {
     "qwen-gpu-smoke": SAAR_CPU,
     "qwen2.5-7b-cleaner": {**SAAR_CPU, "prob": 0.7, "similarity": "call"},
     "qwen3-4b-cleaner": {**SAAR_CPU, "similarity": "call"},
+    "qwen3-4b-cleaner-is": {**SAAR_CPU, "similarity": "call"},
 }
 
 
