@@ -39,6 +39,7 @@ SHIPPED_SAAR = {
     "cpu-ablation-vllm": SAAR_CPU,
     "cpu-ablation-vllm-lr1e-3": SAAR_CPU,
     "cpu-ablation-vllm-lr1e-3-bf16": SAAR_CPU,
+    "cpu-ablation-vllm-is": SAAR_CPU,
     "cpu-smoke": {**SAAR_CPU, "max_retries": 2},
     "cpu-vllm": {**SAAR_CPU, "max_retries": 2},
     "qwen-gpu-smoke": SAAR_CPU,

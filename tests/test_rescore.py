@@ -180,3 +180,18 @@ def test_gap_summary_is_the_mean_and_spread_over_spans():
     summary = gap_summary(means)
     assert summary["saar_gap_mean"] == 2.0 and summary["saar_gap_std"] == pytest.approx(1.0)
     assert summary["saar_replaced_token_share"] == 0.1 and summary["rescore_floor"] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "message"),
+    [
+        ({"is_correction": "token", "engine": "vllm"}, "cpu.is_correction must be one of off, token_truncate"),
+        ({"is_correction": "token_truncate", "engine": "hf"}, "cpu.is_correction needs cpu.engine vllm"),
+    ],
+)
+def test_the_cpu_trainer_s_correction_is_checked(cpu, message):
+    from trainers.core.config import CpuConfig
+
+    with pytest.raises(ValueError, match=message):
+        CpuConfig.from_dict(cpu, "r.yaml")
+    assert CpuConfig.from_dict({"is_correction": "sequence_mask", "engine": "auto"}, "r.yaml").is_correction

@@ -14,10 +14,10 @@ Which tokens were drawn in the final context is read from token ids alone (:func
 leading tokens are in context when a generation had exactly the sequence before the span as its context and
 began with them; the rest of the span is what a generation in another context produced (its suffix).
 
-The SAAR off-policy gap (:func:`gap_logs`): per replaced span, the mean over its replaced tokens of the log-prob
-as sampled minus the log-prob under the final context (positive: the token was likelier with the error in
-view). What IS correction cannot correct, since no sampling distribution in the final context ever drew
-those tokens. Beside it, the in-context tokens of a rescored trajectory measure the engine's own difference
+The SAAR off-policy gap (:func:`gap_logs`): per replaced span with a sampled origin, the mean over its replaced
+tokens of the log-prob as sampled minus the log-prob under the final context (positive: the token was likelier
+with the error in view). What IS correction cannot correct, since no sampling distribution in the final context
+ever drew those tokens. Beside it, the in-context tokens of a rescored trajectory measure the engine's own difference
 between decoding and prefilling the same tokens: the floor below which a gap is numerics.
 
 vLLM's prompt log-probs skip the sampling processors (temperature, top-p, top-k, min-p), while the sampled ones
@@ -79,8 +79,9 @@ class SpanOrigin:
     end: int
     kept: int  #: leading tokens sampled in the final context
     kept_logprobs: tuple[float, ...]  #: their sampled log-probs
-    #: the sampled log-probs of the rest (``end - start - kept`` tokens), drawn in another context;
-    #: None when no generation produced them (a turn tokenized from text)
+    #: the sampled log-probs of the rest (``end - start - kept`` tokens), drawn in another context; None when no
+    #: one generation ends with them (a turn tokenized from text, or a splice of two generations neither of which
+    #: was drawn in the final context): such tokens are rescored and left out of the gap
     replaced_logprobs: tuple[float, ...] | None
 
     @property
@@ -238,3 +239,13 @@ async def rescore(engine: Any, ids: Sequence[int], max_length: int) -> list[floa
     scored = list(ids[: max_length - 1]) if len(ids) >= max_length else list(ids)
     out = await engine.generate(scored, scoring_params())
     return prompt_logprobs(out, scored)
+
+
+async def final_log_probs(
+    engine: Any, ids: Sequence[int], ranges: Sequence[tuple[int, int]], log: SampleLog, max_length: int
+) -> tuple[list[float], dict[str, float]]:
+    """A finished trajectory's rollout log-probs (:func:`rollout_log_probs`) and SAAR gap (:func:`gap_logs`); the
+    engine prefills it (:func:`rescore`) only when a token was not drawn in the final context."""
+    spans = origins(ids, ranges, log)
+    rescored = await rescore(engine, ids, max_length) if needs_rescoring(spans) else None
+    return rollout_log_probs(len(ids), spans, rescored), gap_logs(spans, rescored)

@@ -77,17 +77,7 @@ from trainers.core._compat import get_backend, get_render
 from trainers.core.config import ExecutorConfig
 from trainers.core.data import TrainItem
 from trainers.core.faults import FailureLedger, RolloutFailure, rerun_on_sandbox_failure
-from trainers.core.rescore import (
-    GAP_KEYS,
-    SampleLog,
-    check_plain_sampling,
-    gap_logs,
-    needs_rescoring,
-    origins,
-    rescore,
-    rollout_log_probs,
-    sampled_logprobs,
-)
+from trainers.core.rescore import GAP_KEYS, SampleLog, check_plain_sampling, final_log_probs, sampled_logprobs
 from trainers.core.reward import Outcome, compute_reward, overlong_penalty
 from trainers.core.tokens import SampledStore, TokenTrajectory, assemble
 
@@ -286,9 +276,7 @@ class AgentExecutor(AgentExecutorBase):
         penalty = self._overlong_penalty(final, n_prompt_ids=len(prompt_ids))
         log_probs, gap = None, {}
         if wants_logprobs:
-            spans = origins(final.ids, final.action_ranges, samples)
-            rescored = await rescore(engine, final.ids, max_length) if needs_rescoring(spans) else None
-            log_probs, gap = rollout_log_probs(len(final.ids), spans, rescored), gap_logs(spans, rescored)
+            log_probs, gap = await final_log_probs(engine, final.ids, final.action_ranges, samples, max_length)
         result = {
             "prompt": prompt,
             "label": label,
