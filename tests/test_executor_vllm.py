@@ -18,6 +18,13 @@ the whole module, SAAR on and off, on generated problems where the warm model fa
 its calls fail) and one math problem. A third arm injects faults: every other rollout's engine raises after its
 first generation, and one prompt's label cannot be read; the executor contains both, and OpenRLHF's own
 sample and batch classes take what it returned.
+
+The SAAR-on and SAAR-off arms ask for rollout log-probs, as OpenRLHF does with ``--algo.advantage.is_correction_level``
+on (``logprobs=1``, the engine built with ``logprobs_mode="processed_logprobs"`` and ``max_logprobs=1``); the
+fault-injection arm does not, as with the correction off. A fourth arm (two problems) asks for them with SAAR on and
+every rollout's first program failing in the sandbox, so that every rollout has a turn SAAR regenerated with an
+error in view, whatever the warm model does. The test agent scores every final sequence with a prefill of
+its own, against which the executor's log-probs are checked.
 """
 
 from __future__ import annotations
@@ -78,7 +85,11 @@ ENGINE_KWARGS = {
     "enable_prefix_caching": False,
     "dtype": "bfloat16",
     "trust_remote_code": True,
+    "logprobs_mode": "processed_logprobs",  # what create_vllm_engines adds with the correction on
+    "max_logprobs": 1,
 }
+#: how far a token's log-prob may move between two prefills of the same sequence in other batches (bfloat16 engine)
+PREFILL_TOL = 0.05
 
 
 def _items() -> list[TrainItem]:
@@ -88,6 +99,8 @@ def _items() -> list[TrainItem]:
 
 #: the fault-injection arm: one problem with a fault in every other rollout, and one whose label cannot be read
 INJECT = "inject"
+#: the correction arm: SAAR on, rollout log-probs asked for, every rollout's first program failing (two problems)
+CORRECT = "correct"
 BAD_LABEL = "not a label"
 
 
@@ -107,8 +120,8 @@ def _sampling_params(saar: bool | str):
         max_tokens=MAX_NEW,
         min_tokens=1,
         skip_special_tokens=False,
-        logprobs=None,  # --algo.advantage.is_correction_level off
-        extra_args={"inject": True} if saar == INJECT else {"saar": saar},
+        logprobs=None if saar == INJECT else 1,  # --algo.advantage.is_correction_level off / on
+        extra_args={"inject": True} if saar == INJECT else {"fail_first": True} if saar == CORRECT else {"saar": saar},
     )
 
 
@@ -141,7 +154,19 @@ def _via_ray(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dict[s
 
         start = time.monotonic()
         (engine,) = create_vllm_engines(
-            1, 1, model, 0, False, False, True, MAX_LEN, None, 0.9, False, None, agent_func_path=str(AGENT)
+            1,
+            1,
+            model,
+            0,
+            False,
+            False,
+            True,
+            MAX_LEN,
+            None,
+            0.9,
+            False,
+            "processed_logprobs",
+            agent_func_path=str(AGENT),
         )
         ray.get(engine.get_num_unfinished_requests.remote())  # the actor (and its engine) is up
         built = time.monotonic() - start
@@ -170,6 +195,17 @@ def _via_ray(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dict[s
                 num_samples=SAMPLES,
             )
             for prompt, label in _inject_groups()
+        ]
+        refs[CORRECT] = [
+            engine.generate_responses.remote(
+                prompt=item.prompt,
+                label=item.label(),
+                sampling_params=_sampling_params(CORRECT),
+                max_length=MAX_LEN,
+                hf_tokenizer=tokenizer,
+                num_samples=SAMPLES,
+            )
+            for item in _items()[:2]
         ]
         results = {saar: [r for group in ray.get(rs) for r in group] for saar, rs in refs.items()}
         return results, {"engine": "ray", "build_s": built, "rollouts_s": time.monotonic() - start}
@@ -236,6 +272,12 @@ def _in_process(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dic
             groups[INJECT] = [
                 actor.generate_responses(prompt, label, _sampling_params(INJECT), MAX_LEN, tokenizer, SAMPLES)
                 for prompt, label in _inject_groups()
+            ]
+            groups[CORRECT] = [
+                actor.generate_responses(
+                    item.prompt, item.label(), _sampling_params(CORRECT), MAX_LEN, tokenizer, SAMPLES
+                )
+                for item in _items()[:2]
             ]
             out = {saar: [r for g in await asyncio.gather(*gs) for r in g] for saar, gs in groups.items()}
             return out, {"engine": "in-process", "build_s": built, "rollouts_s": time.monotonic() - start}
@@ -431,7 +473,7 @@ def test_reward_scores_and_logs_are_right(runs, tokenizer):
             assert logs["tool_failures"] >= kept_failures
         assert logs["tool_failure_rate"] == (logs["tool_failures"] / logs["tool_calls"] if logs["tool_calls"] else 0.0)
         assert r["truncated"] == (rec["stop_reason"] == "length")
-        assert r["rollout_log_probs"] is None
+        assert len(r["rollout_log_probs"]) == len(r["observation_tokens"])  # the arms ask for log-probs
         assert json.loads(rec["config"])["saar"]["enabled"] is saar
 
 
@@ -462,3 +504,93 @@ def test_a_rollout_that_raises_is_contained_and_openrlhf_assembles_the_batch(run
     rewards = torch.cat([e.rewards for e in experiences]).reshape(-1, SAMPLES)  # group_norm's reshape
     assert rewards.shape == (2, SAMPLES)
     assert batch.info["rollout_failed"].sum().item() == len(injected) + SAMPLES  # the step's count of failures
+
+
+def _logged(runs):
+    """The results of the arms that asked for rollout log-probs."""
+    return [r for arm in (True, False, CORRECT) for r in runs[arm]]
+
+
+def _final_attempt(r) -> list[dict]:
+    """The recorded calls of the rollout's last attempt (a rollout rerun after a sandbox failure starts anew)."""
+    calls, prompt = r["test_record"]["calls"], r["observation_tokens"][: r["action_ranges"][0][0]]
+    return calls[max(i for i, c in enumerate(calls) if c["prompt_ids"] == prompt) :]
+
+
+def _in_context(r) -> dict[int, float]:
+    """Action positions whose token a generation drew in exactly the final context: its sampled log-prob."""
+    ids, calls, out = r["observation_tokens"], _final_attempt(r), {}
+    for start, end in r["action_ranges"]:
+        best: list[float] = []
+        for c in calls:
+            if c["prompt_ids"] == ids[:start]:
+                n = next((k for k, (a, b) in enumerate(zip(c["ids"], ids[start:end], strict=False)) if a != b), None)
+                n = min(len(c["ids"]), end - start) if n is None else n
+                best = max(best, c["logprobs"][:n], key=len)
+        out.update({start + j: lp for j, lp in enumerate(best)})
+    return out
+
+
+def test_rollout_log_probs_are_the_engine_s_under_the_final_context(runs):
+    """Tokens drawn in the final context: exactly their sampled log-probs (float32). Tokens SAAR put in: the
+    engine's under the final context, within PREFILL_TOL of the test's own prefill. Nothing outside the actions."""
+    replaced_seen = 0
+    for r in _logged(runs):
+        ids, values, rec = r["observation_tokens"], r["rollout_log_probs"], r["test_record"]
+        action = {i for a, b in r["action_ranges"] for i in range(a, b)}
+        assert all(v == 0.0 for i, v in enumerate(values) if i not in action)
+        sampled = _in_context(r)
+        replaced = action - set(sampled)
+        assert r["extra_logs"]["saar_replaced_tokens"] == len(replaced)
+        scored = ids[: MAX_LEN - 1] if len(ids) >= MAX_LEN else ids  # room for the one token a prefill generates
+        assert rec["prefills"] == ([scored] if replaced else [])  # one prefill, of the finished sequence, if needed
+        for i, lp in sampled.items():
+            assert values[i] == lp  # as sampled, float for float
+        for i in replaced:
+            if i < len(scored):  # the last token of a full sequence keeps its sampled log-prob
+                assert values[i] == pytest.approx(rec["prefill"][i], abs=PREFILL_TOL)
+        assert all(v <= 0 for v in values)  # a token the engine is sure of has log-prob 0
+        replaced_seen += len(replaced)
+    assert replaced_seen > 0, "no trajectory had a replaced span: SAAR never rewrote a turn"
+    assert not any(r["extra_logs"]["saar_replaced_tokens"] for r in runs[False])
+
+
+def test_an_unpurified_trajectory_keeps_what_it_was_sampled_with(runs):
+    for r in runs[False]:
+        ids, values, calls = r["observation_tokens"], r["rollout_log_probs"], _final_attempt(r)
+        for start, end in r["action_ranges"]:
+            (call,) = [c for c in calls if c["prompt_ids"] == ids[:start] and c["ids"] == ids[start:end]]
+            assert values[start:end] == call["logprobs"]
+
+
+def test_a_replaced_span_s_gap_is_what_the_error_changed(runs):
+    """The logged gap is the replaced tokens' sampled log-probs (their generation, error in view) less their values
+    under the final context; the spans' gaps stand well above the engine's own decode/prefill differences."""
+    from trainers.core.rescore import gap_summary
+
+    spans = 0
+    for r in runs[True] + runs[CORRECT]:
+        logs, ids, values = r["extra_logs"], r["observation_tokens"], r["rollout_log_probs"]
+        sampled, calls = _in_context(r), _final_attempt(r)
+        gaps = []
+        for start, end in r["action_ranges"]:
+            rest = [i for i in range(start, end) if i not in sampled]
+            if not rest:
+                continue
+            tail = [ids[i] for i in rest]
+            call = next((c for c in calls if c["ids"][len(c["ids"]) - len(tail) :] == tail), None)
+            if call is None:  # joined from two generations' ids: rescored, but no single sampled origin to compare
+                continue
+            diffs = [a - values[i] for a, i in zip(call["logprobs"][len(call["ids"]) - len(tail) :], rest, strict=True)]
+            gaps.append(sum(diffs) / len(diffs))
+        assert logs["saar_replaced_spans"] == len(gaps)
+        assert logs["saar_gap_sum"] == pytest.approx(sum(gaps), abs=1e-6)
+        assert all(g != 0.0 for g in gaps)
+        spans += len(gaps)
+    assert spans > 0
+    saar = runs[True] + runs[CORRECT]
+    means = {k: sum(r["extra_logs"][k] for r in saar) / len(saar) for k in saar[0]["extra_logs"]}
+    summary = gap_summary(means)
+    print(f"\nSAAR gap on vLLM (bf16, warm model): {json.dumps(summary)}")
+    rms = (means["saar_gap_sq_sum"] / means["saar_replaced_spans"]) ** 0.5
+    assert rms > 3 * summary["rescore_floor"]

@@ -39,11 +39,13 @@ SHIPPED_SAAR = {
     "cpu-ablation-vllm": SAAR_CPU,
     "cpu-ablation-vllm-lr1e-3": SAAR_CPU,
     "cpu-ablation-vllm-lr1e-3-bf16": SAAR_CPU,
+    "cpu-ablation-vllm-is": SAAR_CPU,
     "cpu-smoke": {**SAAR_CPU, "max_retries": 2},
     "cpu-vllm": {**SAAR_CPU, "max_retries": 2},
     "qwen-gpu-smoke": {**SAAR_CPU, "similarity": "call"},  # the 4B recipe's tool environment
     "qwen2.5-7b-cleaner": {**SAAR_CPU, "prob": 0.7, "similarity": "call"},
     "qwen3-4b-cleaner": {**SAAR_CPU, "similarity": "call"},
+    "qwen3-4b-cleaner-is": {**SAAR_CPU, "similarity": "call"},
 }
 
 

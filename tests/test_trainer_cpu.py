@@ -400,3 +400,59 @@ def test_the_engines_dtype_is_float32_or_bfloat16():
     assert CpuConfig.from_dict({"engine_dtype": "bfloat16"}, "r.yaml").engine_dtype == "bfloat16"
     with pytest.raises(ValueError, match="cpu.engine_dtype must be one of float32, bfloat16, got 'float16'"):
         CpuConfig.from_dict({"engine_dtype": "float16"}, "r.yaml")
+
+
+def test_the_ablation_report_shows_the_saar_gap_when_runs_had_the_correction_on(tmp_path):
+    cfg = AblationConfig(recipe="cpu-smoke", seeds=(0,), steps=2, run="r", out=str(tmp_path), eval_problems=0)
+    _write_run(cfg.run_dir, "off", 0, [0.5, 0.4], [0.1, 0.2])
+    _write_run(cfg.run_dir, "on", 0, [0.5, 0.4], [0.1, 0.2])
+    assert "How far from on-policy" not in write_report(cfg, load_recipe("cpu-smoke"), elapsed_s=1.0).read_text()
+    path = cfg.run_dir / "runs" / run_name("on", 0) / "metrics.jsonl"
+    rows = [json.loads(x) | {"saar_gap_mean": g, "saar_replaced_token_share": 0.1} for x, g in
+            zip(path.read_text().splitlines(), (0.2, 0.4), strict=True)]  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = write_report(cfg, load_recipe("cpu-smoke"), elapsed_s=1.0).read_text()
+    assert "How far from on-policy" in report
+    assert (
+        "| SAAR gap: replaced span's log-prob as sampled minus under the purified context (mean) | - | 0.300 |"
+        in report
+    )
+
+
+def test_the_cpu_trainer_s_correction_is_trl_s_on_the_engine_s_log_probs(tmp_path):
+    """With cpu.is_correction on, TRL weighs each token by exp(trainer log-prob - engine log-prob), bounded at 3
+    (token_truncate), on rollouts from rollout_func: the flag TRL reads is set without TRL's own engine."""
+    import torch
+    from datasets import Dataset
+    from trl import GRPOConfig
+
+    from harness.engines.models import load_model
+    from trainers.cpu.grpo import SharedPromptGRPOTrainer, cleaner_reward
+
+    torch.manual_seed(0)
+    model, tok = load_model(None, dtype=torch.float32)
+    prompt, completion = [5, 9, 200, 300], [[11, 12, 13], [14, 15, 16]]
+    shift = torch.tensor([[0.0, 0.5, -2.0], [1.5, 0.0, 0.0]])  # engine log-prob = trainer's - shift
+
+    def rollout_func(prompts, trainer):
+        ids = torch.tensor([prompt + c for c in completion])
+        logps, _ = shared_prompt_logps(trainer.model, ids, torch.ones_like(ids), 3, 1.0, False)
+        return {
+            "prompt_ids": [prompt, prompt], "completion_ids": completion, "cleaner_reward": [1.0, -1.0],
+            "logprobs": (logps.detach() - shift).tolist(), "env_mask": [[1, 1, 1], [1, 1, 0]],
+        }  # fmt: skip
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, num_generations=2, beta=0.0, loss_type="dapo",
+        use_cpu=True, report_to=[], max_completion_length=8, bf16=False, vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode="token_truncate",
+    )  # fmt: skip
+    trainer = SharedPromptGRPOTrainer(
+        model=model, reward_funcs=[cleaner_reward], args=args, processing_class=tok, rollout_func=rollout_func,
+        train_dataset=Dataset.from_list([{"prompt": "a"}]),
+    )  # fmt: skip
+    trainer.correct_engine_mismatch()
+    out = trainer._generate_and_score_completions([{"prompt": "a"}, {"prompt": "a"}])
+    expected = shift.exp().clamp(max=3.0) * torch.tensor([[1, 1, 1], [1, 1, 0]])  # a tool token: ratio 1, masked
+    got = out["importance_sampling_ratio"] * torch.tensor([[1, 1, 1], [1, 1, 0]])
+    assert torch.allclose(got, expected, atol=1e-4)

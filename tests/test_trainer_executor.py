@@ -218,10 +218,10 @@ async def test_inference_and_training_paths_give_the_same_purified_messages(toke
     )
 
 
-async def test_logprobs_requested_is_a_clear_error(tokenizer):
+async def test_logprobs_with_saar_and_temperature_other_than_1_is_a_clear_error(tokenizer):
     executor = AgentExecutor(ExecutorConfig(saar=SaarConfig(enabled=True)), backend=_Backend())
-    params = SimpleNamespace(max_tokens=None, logprobs=1)
-    with pytest.raises(ValueError, match="is_correction_level off"):
+    params = SimpleNamespace(max_tokens=None, logprobs=1, temperature=0.7)
+    with pytest.raises(ValueError, match="is_correction_level with SAAR on.*temperature 1.0"):
         await executor.execute("p", _item().label(), params, 4096, tokenizer, ScriptedEngine(tokenizer, [FINAL]))
 
 

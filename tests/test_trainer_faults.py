@@ -317,8 +317,9 @@ async def test_the_job_stops_when_too_many_recent_rollouts_failed(tokenizer):
 
 async def test_settings_of_the_job_are_not_contained(tokenizer):
     executor = _contained_executor()
-    params = SimpleNamespace(max_tokens=None, logprobs=1, temperature=1.0)
-    with pytest.raises(ValueError, match="is_correction_level off"):
+    # rollout log-probs with SAAR on need plain sampling (trainers.core.rescore): a setting of the job
+    params = SimpleNamespace(max_tokens=None, logprobs=1, temperature=0.9)
+    with pytest.raises(ValueError, match="temperature 1.0"):
         await executor.execute("p", _item().label(), params, 4096, tokenizer, _Engine(tokenizer))
     assert not executor.ledger.kinds
 

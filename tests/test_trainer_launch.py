@@ -47,6 +47,22 @@ def test_4b_recipe_mirrors_the_reference(capsys):
     assert agent["max_turns"] == 16 and agent["saar"]["prob"] == 1.0
 
 
+def test_saar_with_importance_sampling_correction_is_launched(capsys):
+    assert main(["launch", "--recipe", "qwen3-4b-cleaner-is", "--dry-run"]) == 0
+    cmd = capsys.readouterr().out.strip()
+    f = _flags(cmd)
+    assert f["algo.advantage.is_correction_level"] == ["token"]
+    assert f["rollout.temperature"] == ["1.0"] and f["rollout.top_p"] == ["1.0"]
+    runtime = json.loads(shlex.split(cmd)[shlex.split(cmd).index("--runtime-env-json") + 1])
+    assert json.loads(runtime["env_vars"]["CLEANER_AGENT_CONFIG"])["saar"]["enabled"] is True
+
+
+def test_the_correction_with_saar_off_takes_any_sampling(tmp_path):
+    body = "openrlhf: {algo.advantage.is_correction_level: token, rollout.temperature: 0.9}\n"
+    recipe = load_recipe(_write(tmp_path, BASE + body + "executor: {saar: {enabled: false}}\n"))
+    assert "token" in recipe.train_args()
+
+
 def test_7b_recipe_uses_the_curriculum():
     r = load_recipe("qwen2.5-7b-cleaner")
     assert r.executor.saar.prob == 0.7
@@ -71,7 +87,14 @@ BASE = "name: t\nmodel: some/model\ndata: {prepared: d.jsonl}\n"
         ("openrlhf: {algo.advantage.estimator: ppo2}", "must be one of"),
         ("openrlhf: {actor.eps_clip_low_high: 0.2}", "takes 2 values"),
         ("openrlhf: {vllm.enable_sleep: 1}", "is a switch"),
-        ("openrlhf: {algo.advantage.is_correction_level: token}", "must be off"),
+        (
+            "openrlhf: {algo.advantage.is_correction_level: token, rollout.temperature: 0.9}",
+            r"is_correction_level token with SAAR on needs rollout.temperature 1.0 and rollout.top_p 1.0",
+        ),
+        (
+            "openrlhf: {algo.advantage.is_correction_level: seq, rollout.top_p: 0.95}",
+            r"is_correction_level seq with SAAR on needs",
+        ),
         ("trainer: {}", "unknown top-level keys"),
         ("executor: {saar: {enabled: true, prob: 3}}", "r.yaml: executor: saar prob must be in"),
         ("executor: {max_turns: 3}", r"r.yaml: executor: no 'saar' settings"),

@@ -27,6 +27,9 @@ CONFIG_ENV = "CLEANER_AGENT_CONFIG"
 ENGINES = ("hf", "vllm", "auto")
 #: the weights' dtype in vLLM's engine (CpuConfig.engine_dtype)
 ENGINE_DTYPES = ("float32", "bfloat16")
+#: importance-sampling correction of the CPU trainer (CpuConfig.is_correction): off, or TRL's
+#: ``vllm_importance_sampling_mode``
+IS_CORRECTIONS = ("off", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 #: the type of each ``saar`` key: :class:`SaarConfig`'s fields (a ``Literal`` is a ``str``); ints are taken where a
 #: float is asked
 _SAAR_TYPES: dict[str, type] = {
@@ -245,6 +248,13 @@ class CpuConfig:
         "on CPUs with AVX-512 BF16 and samples from the policy rounded to bfloat16, as GPU engines do (the "
         "trainer recomputes the log-probs either way)",
     )
+    is_correction: str = _help(
+        "off",
+        "importance-sampling correction of the engine/trainer mismatch, as TRL's vllm_importance_sampling_mode: "
+        "off, token_truncate, token_mask, sequence_truncate or sequence_mask (TRL's bound: a ratio of 3). Needs "
+        "cpu.engine vllm and, with SAAR on, temperature 1.0 and top_p 1.0: SAAR's replaced spans are rescored "
+        "under the purified context by a prefill, whose log-probs skip both (trainers.core.rescore)",
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "cpu")
@@ -252,6 +262,15 @@ class CpuConfig:
             raise ValueError(f"cpu.engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.engine_dtype not in ENGINE_DTYPES:
             raise ValueError(f"cpu.engine_dtype must be one of {', '.join(ENGINE_DTYPES)}, got {self.engine_dtype!r}")
+        if self.is_correction not in IS_CORRECTIONS:
+            raise ValueError(
+                f"cpu.is_correction must be one of {', '.join(IS_CORRECTIONS)}, got {self.is_correction!r}"
+            )
+        if self.is_correction != "off" and self.engine == "hf":
+            raise ValueError(
+                "cpu.is_correction needs cpu.engine vllm: the in-process sampler is the trained policy itself, "
+                "so there is no engine/trainer mismatch to correct"
+            )
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> CpuConfig:

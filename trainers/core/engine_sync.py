@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trainers.core.faults import EngineDied
+from trainers.core.rescore import SampleLog, sampled_logprobs
 
 
 def merged_weights(policy: Any, dtype: Any = None) -> Iterator[tuple[str, Any]]:
@@ -146,9 +147,11 @@ class EngineSampler:
         self.synced_step: int | None = None
         self.sync_s = 0.0
 
-    async def __call__(self, context_ids: list[int], budget: int, seed: int | None) -> tuple[list[int], bool]:
+    async def __call__(
+        self, context_ids: list[int], budget: int, seed: int | None, *, samples: SampleLog | None = None
+    ) -> tuple[list[int], bool]:
+        """Sample one turn after ``context_ids``; with ``samples``, its sampled log-probs are recorded there."""
         from vllm import SamplingParams  # noqa: PLC0415
-        from vllm.inputs import TokensPrompt  # noqa: PLC0415
 
         max_new = min(self.cfg.max_new_tokens, budget)
         if max_new <= 0:
@@ -162,19 +165,28 @@ class EngineSampler:
             stop=list(self.stop_strings),
             include_stop_str_in_output=True,
             skip_special_tokens=False,
+            logprobs=None if samples is None else 0,
         )
+        first = (await self.generate(context_ids, params)).outputs[0]
+        if samples is not None:
+            samples.add(context_ids, first.token_ids, sampled_logprobs(first))
+        return list(first.token_ids), first.finish_reason == "length"
+
+    async def generate(self, ids: list[int], params: Any) -> Any:
+        """vLLM's final output for one request (the interface :func:`trainers.core.rescore.rescore` calls)."""
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415
+
         self.requests += 1
         final: Any = None
         try:
             async for out in self.engine.generate(
-                TokensPrompt(prompt_token_ids=list(context_ids)), params, request_id=f"cpu-{self.requests}"
+                TokensPrompt(prompt_token_ids=list(ids)), params, request_id=f"cpu-{self.requests}"
             ):
                 final = out
         except _engine_dead_error() as exc:
             step = "this step" if self.synced_step is None else f"step {self.synced_step + 1}"
             raise EngineDied(f"{step}'s rollouts (request cpu-{self.requests})", exc) from exc
-        first = final.outputs[0]
-        return list(first.token_ids), first.finish_reason == "length"
+        return final
 
     async def sync(self, policy: Any, step: int) -> float:
         """The policy's merged weights into the engine once per optimizer step (``step``: the optimizer steps done,

@@ -227,10 +227,12 @@ class Recipe:
                 "unset and give algo.kl.init_coef"
             )
         level = flags.get("algo.advantage.is_correction_level", "off")
-        if level != "off":
+        sampling = {k: flags.get(f"rollout.{k}", 1.0) for k in ("temperature", "top_p")}
+        if level != "off" and self.executor.saar.enabled and any(v != 1.0 for v in sampling.values()):
             raise RecipeError(
-                f"{where}: openrlhf.algo.advantage.is_correction_level must be off: the executor returns no "
-                "rollout log-probs because SAAR replaces spans sampled under another context (see docs/training.md)"
+                f"{where}: openrlhf.algo.advantage.is_correction_level {level} with SAAR on needs "
+                f"rollout.temperature 1.0 and rollout.top_p 1.0 (got {sampling}): the executor rescores SAAR's "
+                "replaced spans with a prefill, whose log-probs skip temperature and top-p (docs/training.md)"
             )
         if flags.get("data.apply_chat_template"):
             raise RecipeError(

@@ -33,6 +33,17 @@ COMPARED = (
 )
 
 
+#: per-step metrics of runs with importance-sampling correction on (``cpu.is_correction``): how far SAAR's data is
+#: from on-policy (trainers.core.rescore.gap_summary), beside TRL's engine/trainer gap of the trained tokens
+GAP = (
+    ("saar_replaced_token_share", "share of response tokens SAAR replaced"),
+    ("saar_gap_mean", "SAAR gap: replaced span's log-prob as sampled minus under the purified context (mean)"),
+    ("saar_gap_std", "SAAR gap: standard deviation over spans"),
+    ("rescore_floor", "engine's decode/prefill difference of in-context tokens (mean absolute)"),
+    ("sampling/sampling_logp_difference/mean", "engine/trainer log-prob gap of trained tokens (TRL)"),
+)
+
+
 def _mean(xs: list[float]) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 
@@ -75,6 +86,9 @@ def summarize(cfg: AblationConfig) -> dict[str, Any]:
         for key in ("saar_shallow", "saar_deep", "saar_exhausted", "saar_purified", "tool_calls", "tool_failures"):
             summary["arms"][arm][key] = sum(r.get(key, 0.0) for r in rows)
         summary["arms"][arm]["step_s"] = _mean([r.get("step_s", 0.0) for r in rows])
+        gap = {key: _mean([r[key] for r in rows if key in r]) for key, _ in GAP if any(key in r for r in rows)}
+        if gap:
+            summary.setdefault("gap", {})[arm] = gap
     for key, _ in COMPARED:
         diffs = []
         for s in paired:
@@ -228,6 +242,12 @@ def _totals_table(summary: dict[str, Any]) -> str:
     return markdown_table(["totals over the runs", "off", "on"], rows)
 
 
+def _gap_table(summary: dict[str, Any]) -> str:
+    gap = summary["gap"]
+    rows = [[what, *(_fmt(gap.get(arm, {}).get(key)) for arm in ARMS)] for key, what in GAP]
+    return markdown_table(["per step, mean over the steps of every seed", *ARMS], rows)
+
+
 def _held_out_table(cfg: AblationConfig, summary: dict[str, Any]) -> str:
     header = ["seed", "policy", "accuracy", "first-attempt tool-failure rate", "tool calls per problem"]
     rows = []
@@ -307,6 +327,17 @@ def write_report(cfg: AblationConfig, recipe: Recipe, elapsed_s: float | None) -
         "",
         _totals_table(summary),
     ]
+    if "gap" in summary:
+        lines += [
+            "",
+            "## How far from on-policy (importance-sampling correction on)",
+            "",
+            "The correction weighs each token by the trainer's log-prob over the engine's, SAAR's replaced spans "
+            "rescored under the purified context; what it cannot correct is how those spans were sampled, with the "
+            "error in view: the SAAR gap (docs/training.md).",
+            "",
+            _gap_table(summary),
+        ]
     if cfg.eval_problems:
         lines += [
             "",

@@ -119,6 +119,13 @@ def regroup_micro_batches(batches: list[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
+class _SyncedByTheTrainer:
+    """Where TRL would sync its vLLM engine before a ``rollout_func``: the CPU trainer syncs its own instead."""
+
+    def sync_weights(self) -> None:
+        pass
+
+
 class SharedPromptGRPOTrainer(GRPOTrainer):
     """TRL's GRPOTrainer whose log-probs run each group's prompt once (:func:`shared_prompt_logps`), under
     bfloat16 autocast when ``bf16_autocast`` is set (``cpu.bf16``; TRL's own ``bf16`` would not reach them), and
@@ -126,6 +133,15 @@ class SharedPromptGRPOTrainer(GRPOTrainer):
 
     bf16_autocast = False
     skipped_rows = 0  #: rollouts whose forward and backward passes were skipped (advantage 0)
+
+    def correct_engine_mismatch(self) -> None:
+        """Turn on TRL's importance-sampling correction (``vllm_importance_sampling_*`` of its config) for rollouts
+        whose ``rollout_func`` returns the engine's log-probs. TRL applies it only with ``use_vllm``, which would
+        also make it build and sync an engine of its own; here the CPU trainer owns the engine and syncs it before
+        each step's rollouts, so TRL's engine stays unbuilt and its sync does nothing."""
+        self.use_vllm = True
+        self.vllm_generation = _SyncedByTheTrainer()
+        self._last_loaded_step = -1
 
     def _prepare_inputs(self, generation_batch):  # noqa: ANN001, ANN202 - TRL's signature
         """TRL's micro-batch for this accumulation step; when TRL has just generated the step's rollouts, they are

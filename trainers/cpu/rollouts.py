@@ -4,14 +4,16 @@
 (the tool the prompt shows, how calls are read and run, the response budget), sandbox and reward
 (:mod:`trainers.core.reward`, judged as the recipe's executor says) as the OpenRLHF plugin, and turns the
 purified trajectory into the token-level view of :func:`trainers.core.tokens.assemble`: prompt ids, completion
-ids and the env mask (1 on the model's tokens, 0 on tool output and template headers). A rollout whose sandbox
-fails is rerun from its start (:func:`trainers.core.faults.rerun_on_sandbox_failure`). :func:`step_metrics` is
-a step's rollout metrics.
+ids and the env mask (1 on the model's tokens, 0 on tool output and template headers), and with
+importance-sampling correction on (``cpu.is_correction``) the completion's rollout log-probs
+(:mod:`trainers.core.rescore`: as sampled, SAAR's replaced spans rescored under the final context) and the SAAR
+off-policy gap. A rollout whose sandbox fails is rerun from its start
+(:func:`trainers.core.faults.rerun_on_sandbox_failure`). :func:`step_metrics` is a step's rollout metrics.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core import chat
@@ -25,6 +27,7 @@ from trainers.core._compat import get_render
 from trainers.core.config import CpuConfig, ExecutorConfig
 from trainers.core.data import TrainItem
 from trainers.core.faults import rerun_on_sandbox_failure
+from trainers.core.rescore import GAP_KEYS, SampleLog, final_log_probs, gap_summary
 from trainers.core.reward import Outcome, compute_reward
 from trainers.core.tokens import SampledStore, assemble
 
@@ -79,6 +82,9 @@ class RolloutRecord:
     correct: bool
     traj: Trajectory
     sandbox_reruns: int = 0  #: times the rollout was rerun from its start after its sandbox failed
+    #: per completion token, the rollout log-prob importance-sampling correction reads (None: correction off)
+    logprobs: list[float] | None = None
+    gap: dict[str, float] = field(default_factory=dict)  #: the SAAR gap's numbers (trainers.core.rescore.GAP_KEYS)
 
 
 async def run_one(
@@ -103,8 +109,11 @@ async def run_one(
     messages = item.messages()
     config = problem_rollout_config(item.kind, rcfg)
 
-    async def attempt() -> tuple[Trajectory, Outcome, SampledStore]:
+    correct = cfg.is_correction != "off"
+
+    async def attempt() -> tuple[Trajectory, Outcome, SampledStore, SampleLog]:
         store = SampledStore(env=env)  # a rerun starts from nothing the failed attempt sampled
+        samples = SampleLog()
 
         async def generate(
             context: list[Message], *, seed: int | None = None, max_tokens: int | None = None
@@ -113,7 +122,10 @@ async def run_one(
             budget = cfg.max_total_tokens - len(ctx.ids)
             if max_tokens is not None:  # a response budget: what is left of it
                 budget = min(budget, max_tokens)
-            ids, truncated = await sampler(ctx.ids, budget, seed)
+            if correct:
+                ids, truncated = await sampler(ctx.ids, budget, seed, samples=samples)
+            else:
+                ids, truncated = await sampler(ctx.ids, budget, seed)
             ended = bool(ids) and ids[-1] in sampler.stop_token_ids  # the end-of-turn token is not part of the text
             text = tok.decode(ids[:-1] if ended else ids, skip_special_tokens=False)
             store.add(text, ids)
@@ -125,19 +137,24 @@ async def run_one(
             traj = await rollout(messages, generate, sandbox, config, seed=seed, count_tokens=count)
             # the reference's reward reads the whole response, tool output included (harness.core.response)
             judged = response_text(traj.messages) if judge.reward_on_response else traj.final_text
-            return traj, await compute_reward(item, judged, sandbox, lenient=judge.lenient_reward), store
+            return traj, await compute_reward(item, judged, sandbox, lenient=judge.lenient_reward), store, samples
         finally:
             await backend.release(sandbox)
 
     what = f"rollout of {item.id!r} (seed {seed})"
-    (traj, outcome, store), reruns = await rerun_on_sandbox_failure(attempt, retries=cfg.sandbox_retries, what=what)
+    (traj, outcome, store, samples), reruns = await rerun_on_sandbox_failure(
+        attempt, retries=cfg.sandbox_retries, what=what
+    )
     full = assemble(tok, traj.messages, len(messages), env=env, store=store, render=render)
-    prompt_ids = assemble(tok, messages, len(messages), env=env, add_generation_prompt=True, render=render).ids
-    prompt_len = len(prompt_ids)
+    prompt_len = len(assemble(tok, messages, len(messages), env=env, add_generation_prompt=True, render=render).ids)
     mask = full.action_mask()
     completion = full.ids[prompt_len:] or [tok.eos_token_id]
     env_mask = mask[prompt_len:] or [0]
-    return RolloutRecord(full.ids[:prompt_len], completion, env_mask, outcome.reward, outcome.correct, traj, reruns)
+    record = RolloutRecord(full.ids[:prompt_len], completion, env_mask, outcome.reward, outcome.correct, traj, reruns)
+    if correct:
+        values, record.gap = await final_log_probs(sampler, full.ids, full.action_ranges, samples, cfg.max_total_tokens)
+        record.logprobs = values[prompt_len:] or [0.0]
+    return record
 
 
 def step_metrics(records: list[RolloutRecord], rollout_s: float) -> dict[str, Any]:
@@ -153,4 +170,15 @@ def step_metrics(records: list[RolloutRecord], rollout_s: float) -> dict[str, An
         "first_call_failure_rate": rate(failures, calls),
         "sandbox_reruns": sum(r.sandbox_reruns for r in records),
         "rollout_s": rollout_s,
+        **saar_gap(records),
     }
+
+
+def saar_gap(records: list[RolloutRecord]) -> dict[str, float]:
+    """The step's SAAR off-policy gap (:func:`trainers.core.rescore.gap_summary`); nothing without rollout log-probs."""
+    if not records or not records[0].gap:
+        return {}
+    n = len(records)
+    means = {k: sum(r.gap[k] for r in records) / n for k in GAP_KEYS}
+    means["response_tokens"] = sum(sum(r.env_mask) for r in records) / n
+    return gap_summary(means)

@@ -6,8 +6,9 @@ rollout core (:func:`harness.core.rollout.rollout`), SAAR switch, sandbox and re
 purified trajectory (:func:`trainers.core.tokens.assemble`), handed to TRL through its
 ``rollout_func`` contract (TRL >= 0.25; checked against 1.16): the function gets the
 prompts of a step and returns ``prompt_ids``, ``completion_ids`` and ``logprobs``
-(``None`` here: the trainer recomputes them over the purified sequence, for the same
-reason as in the plugin), plus ``env_mask`` (1 on the model's tokens, 0 on tool output
+(``None`` unless ``cpu.is_correction`` is on: then the rollout engine's log-probs, SAAR's replaced spans rescored
+under the purified context, :mod:`trainers.core.rescore`, which TRL's importance-sampling correction weighs the
+trainer's log-probs against), plus ``env_mask`` (1 on the model's tokens, 0 on tool output
 and template headers, so no loss falls on them) and extra fields that reach the
 reward function.
 
@@ -46,6 +47,7 @@ from trainers.core._compat import get_backend
 from trainers.core.config import CpuConfig
 from trainers.core.data import TrainItem, load_items, load_open_agentrl
 from trainers.core.recipes import Recipe
+from trainers.core.rescore import check_plain_sampling
 from trainers.cpu.grpo import SharedPromptGRPOTrainer, cleaner_reward
 from trainers.cpu.resume import (
     StepFault,
@@ -61,8 +63,12 @@ from trainers.cpu.runs import resolve_run_dir
 RESULTS = Path("results/train")
 #: the "step" an evaluation's seeds are derived from (far from any training step's)
 EVAL_STEP = 1_000_000
-#: TRL's per-step log entries copied into metrics.jsonl (under the same names)
-TRL_LOGS = ("loss", "grad_norm", "reward_std", "frac_reward_zero_std", "entropy")
+#: TRL's per-step log entries copied into metrics.jsonl (under the same names); the last two with importance-sampling
+#: correction on (the engine/trainer gap over the trained tokens, and the mean ratio TRL weighs them with)
+TRL_LOGS = (
+    "loss", "grad_norm", "reward_std", "frac_reward_zero_std", "entropy",
+    "sampling/sampling_logp_difference/mean", "sampling/importance_sampling_ratio/mean",
+)  # fmt: skip
 
 __all__ = ["CpuTrainer", "StepLog", "load_model_f32", "load_train_items", "rollout_engine", "train_cpu"]
 
@@ -100,6 +106,8 @@ class CpuTrainer:
         self.stop_after, self.progress = stop_after, progress
         self.cfg = CpuConfig.from_dict(recipe.cpu, str(recipe.path))
         self.rollout_config = recipe.executor.rollout_config()
+        if self.cfg.is_correction != "off" and self.rollout_config.saar.enabled:
+            check_plain_sampling(self.cfg, f"{recipe.path}: cpu.is_correction with SAAR on")
         self.items = load_train_items(recipe)
         if not self.items:
             raise ValueError(f"{recipe.path}: the training data is empty")
@@ -151,6 +159,10 @@ class CpuTrainer:
         self.backend = get_backend(self.recipe.executor.sandbox or "local")
         self.loop = asyncio.new_event_loop()
         engine, why = rollout_engine(self.cfg.engine)
+        if engine != "vllm" and self.cfg.is_correction != "off":
+            raise ValueError(
+                f"{self.recipe.path}: cpu.is_correction needs vLLM's engine, which cannot run here ({why})"
+            )
         if why and self.progress:
             print(f"cpu.engine auto: rollouts generated in process, not on vLLM ({why})", flush=True)
         if engine == "vllm":
@@ -193,8 +205,8 @@ class CpuTrainer:
             learning_rate=cfg.learning_rate,
             beta=0.0,
             # the clip bounds never act here: one optimizer step per generation batch (one iteration,
-            # steps_per_generation = gradient_accumulation_steps) and no sampling log-probs ("logprobs": None), so
-            # TRL takes the old log-probs to be the current ones and the ratio is exactly 1
+            # steps_per_generation = gradient_accumulation_steps), so the old log-probs are the current ones and
+            # the ratio is exactly 1
             epsilon=cfg.clip_low,
             epsilon_high=cfg.clip_high,
             loss_type="dapo",
@@ -210,6 +222,8 @@ class CpuTrainer:
             dataloader_num_workers=0,
             disable_tqdm=True,
             save_only_model=False,
+            vllm_importance_sampling_correction=cfg.is_correction != "off",
+            vllm_importance_sampling_mode=cfg.is_correction if cfg.is_correction != "off" else "sequence_mask",
         )
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, target_modules="all-linear", task_type="CAUSAL_LM")
         trainer = SharedPromptGRPOTrainer(
@@ -223,6 +237,8 @@ class CpuTrainer:
             callbacks=[StepLog(self)],
         )
         trainer.bf16_autocast = cfg.bf16
+        if cfg.is_correction != "off":
+            trainer.correct_engine_mismatch()
         trainer.remove_callback(PrinterCallback)  # StepLog prints one line per step instead of TRL's raw dict
         self.policy = trainer.accelerator.unwrap_model(trainer.model)
         return trainer
@@ -274,7 +290,7 @@ class CpuTrainer:
         return {
             "prompt_ids": [r.prompt_ids for r in records],
             "completion_ids": [r.completion_ids for r in records],
-            "logprobs": None,
+            "logprobs": [r.logprobs for r in records] if self.cfg.is_correction != "off" else None,
             "env_mask": [r.env_mask for r in records],
             "cleaner_reward": [r.reward for r in records],
         }

@@ -13,16 +13,17 @@ with the shared scoring, and returns the dict OpenRLHF turns into an experience:
   deep puts in the regenerated turn's ids), see :mod:`trainers.core.tokens`;
 * ``action_ranges``: the assistant turns only; tool output, prompts and template
   headers lie outside them, so no loss falls on them;
-* ``rollout_log_probs``: always ``None``. A replaced span was sampled under the failed
-  context (the error message in view), so its sampling log-probs are not those of
-  the purified context, and the engine cannot recompute them here. The trainer
-  recomputes old log-probs over the final sequence, and importance-sampling
-  correction must stay off (``--algo.advantage.is_correction_level off``, the
-  default; the launcher refuses anything else, and so does this executor);
+* ``rollout_log_probs``: ``None`` unless the job asks for them (``sampling_params.logprobs`` set, which
+  OpenRLHF does when ``--algo.advantage.is_correction_level`` is not ``off``). Then one value per observation
+  token (0 outside the action ranges): a token sampled in the final context keeps its sampled log-prob; a
+  token SAAR put in (sampled with the failed turn's error in view) gets the engine's log-prob under the final
+  context, from one prefill of the finished sequence (:mod:`trainers.core.rescore`, which needs plain
+  sampling: temperature 1, no top-p). An untouched trajectory costs no prefill;
 * ``reward`` (+1/-1, or the code fraction, plus the overlong penalty when configured),
   ``scores`` in [0, 1] for dynamic filtering;
 * ``extra_logs``: SAAR events by kind, tool calls and failures, turns, tokens, the
-  token path's own counts (:func:`token_logs`) and ``rollout_failed`` (0 or 1).
+  token path's own counts (:func:`token_logs`) and ``rollout_failed`` (0 or 1); with rollout log-probs, the SAAR
+  off-policy gap (:data:`trainers.core.rescore.GAP_KEYS`).
 
 A rollout that raises (a template the tokenizer cannot render, a label that cannot be read, a
 sandbox image that is missing, a sandbox still failing after its reruns) is that rollout's failure:
@@ -34,7 +35,7 @@ it; its reward and score are 0 and ``rollout_failed`` is 1, so the step's mean o
 ``rollout_failed`` is the fraction of rollouts that failed. When more than
 ``failed_rollout_limit`` of an executor's last ``failed_rollout_window`` rollouts failed, the
 job stops (:class:`trainers.core.faults.RolloutsKeepFailing`). Settings of the job (rollout
-log-probs requested) are not a rollout's failure: they raise at once.
+log-probs requested with SAAR on and sampling other than plain) are not a rollout's failure: they raise at once.
 
 Lengths: each generation may use at most ``sampling_params.max_tokens`` (OpenRLHF's
 ``--rollout.max_new_tokens``) and never more than what is left of ``max_length``
@@ -74,6 +75,7 @@ from trainers.core._compat import get_backend, get_render
 from trainers.core.config import ExecutorConfig
 from trainers.core.data import TrainItem
 from trainers.core.faults import FailureLedger, RolloutFailure, rerun_on_sandbox_failure
+from trainers.core.rescore import GAP_KEYS, SampleLog, check_plain_sampling, final_log_probs, sampled_logprobs
 from trainers.core.reward import Outcome, compute_reward, overlong_penalty
 from trainers.core.tokens import SampledStore, TokenTrajectory, assemble
 
@@ -100,13 +102,15 @@ def token_logs(final: TokenTrajectory, penalty: float) -> dict[str, float]:
     }
 
 
-def _check_sampling(sampling_params: Any) -> None:
+def _wants_logprobs(sampling_params: Any) -> bool:
+    """Whether the job asks for rollout log-probs (OpenRLHF: importance-sampling correction on)."""
+    return getattr(sampling_params, "logprobs", None) is not None
+
+
+def _check_sampling(sampling_params: Any, config: ExecutorConfig) -> None:
     """Refuse sampling settings of the job the executor cannot serve."""
-    if getattr(sampling_params, "logprobs", None) is not None:
-        raise ValueError(
-            "the CLEANER executor returns no rollout log-probs (SAAR replaces spans sampled under another "
-            "context); run with --algo.advantage.is_correction_level off"
-        )
+    if _wants_logprobs(sampling_params) and config.saar.enabled:
+        check_plain_sampling(sampling_params, "--algo.advantage.is_correction_level with SAAR on")
 
 
 def _sample_name(prompt: str, label: Any) -> str:
@@ -163,22 +167,28 @@ class AgentExecutor(AgentExecutorBase):
     async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
         """:meth:`run`'s result; a rollout that raises gives :meth:`failed_result` and is recorded in ``ledger``
         (which stops the job when too many failed)."""
-        _check_sampling(sampling_params)  # the job's settings: not contained
+        _check_sampling(sampling_params, self.config)  # the job's settings: not contained
         try:
             result, _ = await self.run(prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images)
         except Exception as exc:  # noqa: BLE001 - any fault of one rollout is that rollout's (module docstring)
             self.ledger.failed(RolloutFailure(type(exc).__name__, _sample_name(prompt, label), str(exc)))
-            return self.failed_result(prompt, label, images, max_length, hf_tokenizer)
+            logprobs = _wants_logprobs(sampling_params)
+            return self.failed_result(prompt, label, images, max_length, hf_tokenizer, logprobs=logprobs)
         self.ledger.ok()
         return result
 
-    def failed_result(self, prompt: str, label: Any, images: Any, max_length: int, tokenizer: Any) -> dict[str, Any]:
+    def failed_result(
+        self, prompt: str, label: Any, images: Any, max_length: int, tokenizer: Any, *, logprobs: bool = False
+    ) -> dict[str, Any]:
         """The placeholder of a failed rollout: the prompt's tokens, no action range (no loss), reward 0,
-        and every ``extra_logs`` key a finished rollout has (0, but ``rollout_failed``: 1)."""
+        and every ``extra_logs`` key a finished rollout has (0, but ``rollout_failed``: 1); with ``logprobs``
+        (the job asks for them) rollout log-probs of 0, as every other sample of the batch has some."""
         ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])[: max_length - 1]
         ids += [tokenizer.eos_token_id] * max(0, 2 - len(ids))  # OpenRLHF's action mask drops the first position
         empty = Trajectory([], False, [], "running", 0, 0, 0, 0, {}, 0, 0)
         logs = {**extra_logs(empty, Outcome(0.0, 0.0, False)), **token_logs(TokenTrajectory(ids, [], []), 0.0)}
+        if logprobs:
+            logs.update(dict.fromkeys(GAP_KEYS, 0.0))
         return {
             "prompt": prompt,
             "label": label,
@@ -186,7 +196,7 @@ class AgentExecutor(AgentExecutorBase):
             "mm_train_inputs": None,
             "observation_tokens": ids,
             "action_ranges": [],
-            "rollout_log_probs": None,
+            "rollout_log_probs": [0.0] * len(ids) if logprobs else None,
             "truncated": False,
             "reward": 0.0,
             "scores": 0.0,
@@ -197,7 +207,8 @@ class AgentExecutor(AgentExecutorBase):
         self, prompt: str, label: Any, sampling_params: Any, max_length: int, tokenizer: Any, engine: Any, images=None
     ) -> tuple[dict[str, Any], Trajectory]:
         """:meth:`execute`, also returning the message-level trajectory (for tests and logs)."""
-        _check_sampling(sampling_params)
+        _check_sampling(sampling_params, self.config)
+        wants_logprobs = _wants_logprobs(sampling_params)
         if images:
             raise ValueError("the CLEANER executor handles text prompts only; this sample has images")
         if not label:
@@ -214,8 +225,9 @@ class AgentExecutor(AgentExecutorBase):
         # the parse mode follows the problem kind: a code item's final ```python block is its answer
         config = rollout_config(item.kind, self._rollout_config)
 
-        async def attempt() -> tuple[Trajectory, Outcome, SampledStore]:
+        async def attempt() -> tuple[Trajectory, Outcome, SampledStore, SampleLog]:
             store = SampledStore(env=config.tool_env)  # a rerun starts from nothing the failed attempt sampled
+            samples = SampleLog()
 
             async def generate(
                 context: list[Message], *, seed: int | None = None, max_tokens: int | None = None
@@ -246,6 +258,8 @@ class AgentExecutor(AgentExecutorBase):
                 if eos and text.endswith(eos):
                     text = text[: -len(eos)]
                 store.add(text, ids)
+                if wants_logprobs:
+                    samples.add(ctx.ids, ids, sampled_logprobs(out))
                 return Generation(
                     text=text, truncated=out.finish_reason == "length", output_tokens=len(ids), token_ids=ids
                 )
@@ -255,9 +269,10 @@ class AgentExecutor(AgentExecutorBase):
             traj = await rollout(messages, generate, sandbox, config, random.Random(rng_seed), count_tokens=count)
             # the reference's reward reads the whole response, tool output included (harness.core.response)
             judged = response_text(traj.messages) if self.config.reward_on_response else traj.final_text
-            return traj, await compute_reward(item, judged, sandbox, lenient=self.config.lenient_reward), store
+            outcome = await compute_reward(item, judged, sandbox, lenient=self.config.lenient_reward)
+            return traj, outcome, store, samples
 
-        (traj, outcome, store), reruns = await rerun_on_sandbox_failure(
+        (traj, outcome, store, samples), reruns = await rerun_on_sandbox_failure(
             attempt, retries=self.config.sandbox_retries, what=f"rollout of {item.id!r}"
         )
         final = assemble(tokenizer, traj.messages, n_prompt, env=config.tool_env, store=store, render=render)
@@ -265,6 +280,9 @@ class AgentExecutor(AgentExecutorBase):
             tokenizer, messages, n_prompt, env=config.tool_env, add_generation_prompt=True, render=render
         ).ids
         penalty = self._overlong_penalty(final, n_prompt_ids=len(prompt_ids))
+        log_probs, gap = None, {}
+        if wants_logprobs:
+            log_probs, gap = await final_log_probs(engine, final.ids, final.action_ranges, samples, max_length)
         result = {
             "prompt": prompt,
             "label": label,
@@ -272,13 +290,14 @@ class AgentExecutor(AgentExecutorBase):
             "mm_train_inputs": None,
             "observation_tokens": final.ids,
             "action_ranges": final.action_ranges,
-            "rollout_log_probs": None,
+            "rollout_log_probs": log_probs,
             "truncated": traj.stop_reason == "length",
             "reward": outcome.reward + penalty,
             "scores": outcome.score,
             "extra_logs": {
                 **extra_logs(traj, outcome),
                 **token_logs(final, penalty),
+                **gap,
                 "sandbox_reruns": float(reruns),
                 "rollout_failed": 0.0,
             },
