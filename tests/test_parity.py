@@ -91,6 +91,9 @@ def test_a_path_under_the_other_profile_is_named_at_its_first_difference(runs, t
     # the first sample's call (named by another tool) or its result (framed by another environment)
     first = min(runs["inspect"].samples)
     assert where is not None and where.startswith((f"sample {first}, messages[1]", f"sample {first}, messages[2]"))
+    # against the other token path, already in the first prompt: the tool the rendered schema shows
+    where = parity.first_difference(runs["executor"], cpu, seeds=False)
+    assert where is not None and where.startswith(f"sample {first}, prompt: executor "), where
 
 
 def test_a_changed_reward_or_tool_result_is_named(runs):

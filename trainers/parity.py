@@ -17,8 +17,10 @@ What is compared (:class:`SampleRecord`), per problem: every message of the puri
 form an Inspect log keeps; the token paths decode the same text from ids), a tool result with its ``ok`` and
 error kind; the SAAR events without their token counts (a replay turn counts words on Inspect, tokens on the
 token paths); the trajectory's stop reason, SAAR draw, turns, calls, failures and error kinds; the answer; the
-verdict (the Inspect scorer's accuracy, the trainers' ``correct``); the reward (the two trainer paths; Inspect
-has none); and the seed each generation was asked with. :func:`first_difference` names the first field where
+verdict (the Inspect scorer's accuracy, the trainers' ``correct``); the seed each generation was asked with;
+and, between the two trainer paths only, the reward (Inspect computes none) and each generation's context as the
+engine got it, decoded (the rendered prompt, tool schema included: Inspect hands a provider messages, not ids).
+:func:`first_difference` names the first field where
 two paths part.
 """
 
@@ -74,6 +76,8 @@ class SampleRecord:
     correct: bool
     reward: float | None  #: the training reward (None on the Inspect path, which computes none)
     seeds: list[int | None]  #: the seed each generation was asked with, in order
+    #: the token paths: each generation's context, decoded (the prompt as the model saw it; None on Inspect)
+    contexts: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -121,12 +125,11 @@ def summary_record(summary: dict[str, Any]) -> tuple[dict[str, Any], list[dict[s
     return {k: summary[k] for k in SUMMARY_FIELDS}, events
 
 
-def trajectory_record(traj: Trajectory, correct: bool, reward: float | None, seeds: list[int | None]) -> SampleRecord:
-    """A trainer path's trajectory in the compared form."""
+def trajectory_record(traj: Trajectory, correct: bool, reward: float, replay: ReplayTokens) -> SampleRecord:
+    """A trainer path's trajectory in the compared form, with what its stand-in model was asked."""
     summary, events = summary_record(traj.summary())
-    return SampleRecord(
-        [message_record(m) for m in traj.messages], events, summary, traj.final_text, correct, reward, seeds
-    )
+    messages = [message_record(m) for m in traj.messages]
+    return SampleRecord(messages, events, summary, traj.final_text, correct, reward, replay.seeds, replay.contexts)
 
 
 # --- the Inspect path ---------------------------------------------------------------------------------------------
@@ -191,10 +194,12 @@ class ReplayTokens:
         self.script, self.tokenizer = script, tokenizer
         self.calls = 0
         self.seeds: list[int | None] = []
+        self.contexts: list[str] = []
 
     def next(self, context_ids: list[int], seed: int | None) -> tuple[list[int], bool]:
-        self.seeds.append(seed)
         context = self.tokenizer.decode(context_ids, skip_special_tokens=False)
+        self.seeds.append(seed)
+        self.contexts.append(context)
         gen = self.script.generation(context, self.calls)
         self.calls += 1
         ids = list(self.tokenizer(gen.text, add_special_tokens=False)["input_ids"])
@@ -274,7 +279,7 @@ async def run_executor(
         params = SimpleNamespace(max_tokens=None, logprobs=None, seed=None)  # stand-in for vllm.SamplingParams
         result, traj = await executor.run(item.prompt, item.label(), params, 1 << 20, tok, engine)
         correct = bool(result["extra_logs"]["correct"])
-        run.samples[item.id] = trajectory_record(traj, correct, result["reward"], engine.seeds)
+        run.samples[item.id] = trajectory_record(traj, correct, result["reward"], engine)
     return run
 
 
@@ -303,7 +308,7 @@ async def run_cpu(
         traj_seed = trajectory_seed(seed, item.id, 1)
         rcfg = judge_cfg.rollout_config()
         record = await run_one(item, sampler, backend, rcfg, cfg, traj_seed, judge=judge_cfg)  # type: ignore[arg-type]
-        run.samples[item.id] = trajectory_record(record.traj, record.correct, record.reward, sampler.seeds)
+        run.samples[item.id] = trajectory_record(record.traj, record.correct, record.reward, sampler)
     return run
 
 
@@ -313,20 +318,30 @@ async def run_cpu(
 def first_difference(a: PathRun, b: PathRun, *, seeds: bool = True) -> str | None:
     """Where ``b`` first departs from ``a`` (sample, field, both values), or None when they agree.
 
-    A reward is compared only where both paths compute one; ``seeds=False`` leaves the generation seeds out.
+    Fields are compared in the order a rollout meets them: the prompt (the first context), the messages, the SAAR
+    events and the rest. A reward and the contexts are compared only where both paths have them; ``seeds=False``
+    leaves the generation seeds out.
     """
     if sorted(a.samples) != sorted(b.samples):
         return f"samples: {a.path} ran {sorted(a.samples)}, {b.path} ran {sorted(b.samples)}"
     for sid in sorted(a.samples):
-        x, y = asdict(a.samples[sid]), asdict(b.samples[sid])
-        if x["reward"] is None or y["reward"] is None:
-            x.pop("reward"), y.pop("reward")
-        if not seeds:
-            x.pop("seeds"), y.pop("seeds")
+        x, y = _compared(a.samples[sid], seeds), _compared(b.samples[sid], seeds)
+        for key in ("reward", "prompt", "contexts"):
+            if x.get(key) is None or y.get(key) is None:
+                x.pop(key, None), y.pop(key, None)
         if (where := _diff(x, y, "")) is not None:
             name, left, right = where
             return f"sample {sid}, {name}: {a.path} {left!r} vs {b.path} {right!r}"
     return None
+
+
+def _compared(record: SampleRecord, seeds: bool) -> dict[str, Any]:
+    """``record``'s fields in the order :func:`first_difference` compares them (``prompt``: the first context)."""
+    fields = asdict(record)
+    contexts = fields.pop("contexts")
+    if not seeds:
+        del fields["seeds"]
+    return fields if contexts is None else {"prompt": contexts[0], **fields, "contexts": contexts}
 
 
 def _diff(x: Any, y: Any, name: str) -> tuple[str, Any, Any] | None:
