@@ -45,7 +45,6 @@ from harness.engines.replay import ReplayScript
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY_DIR = ROOT / "harness" / "data" / "replay"
-PATHS = ("inspect", "executor", "cpu")
 #: The SAAR events' fields that are compared (``tokens`` counts a replay turn differently per path).
 EVENT_FIELDS = ("turn", "retry", "action", "error_kind", "similarity", "ok", "failed_code", "new_code")
 #: The trajectory summary's fields that are compared.
@@ -147,7 +146,7 @@ def run_inspect(
 
     task_file = ROOT / "tasks" / f"{task}.py"
     if not task_file.is_file():
-        raise ParityError(f"no task {task!r}: {task_file} does not exist")
+        raise ParityError(f"no task {task!r}: {task_file} does not exist (name the benchmark with --task)")
     args = {"data": "fixture", "sandbox": "local", "saar": True, "saar_prob": 1.0, "tool_env": tool_env}
     args |= {"judge": judge, "seed": seed}
     with tempfile.TemporaryDirectory() as tmp:
@@ -360,9 +359,12 @@ def _diff(x: Any, y: Any, name: str) -> tuple[str, Any, Any] | None:
     return None if x == y else (name, x, y)
 
 
-def run_paths(task: str, script: Path, tool_env: str, *, judge: str = "lenient", seed: int = 0) -> list[PathRun]:
-    """The three paths on ``task``'s fixture with ``script`` under ``tool_env`` (the Inspect run gives the problems)."""
-    inspect_run, problems = run_inspect(task, script, tool_env, judge=judge, seed=seed)
+def run_paths(
+    task: str, script: Path, tool_env: str, *, judge: str = "lenient", seed: int = 0, log_dir: str | None = None
+) -> list[PathRun]:
+    """The three paths on ``task``'s fixture with ``script`` under ``tool_env`` (the Inspect run gives the problems;
+    its eval log is kept in ``log_dir`` when given)."""
+    inspect_run, problems = run_inspect(task, script, tool_env, judge=judge, seed=seed, log_dir=log_dir)
     from trainers.core._compat import load_tokenizer  # noqa: PLC0415
 
     tok = load_tokenizer()
@@ -384,6 +386,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tool-env", default="project", choices=sorted(PROFILES), help="the tool environment")
     parser.add_argument("--judge", default="lenient", choices=JUDGES, help="the verdict and reward's judge")
     parser.add_argument("--seed", type=int, default=0, help="the run's seed")
+    parser.add_argument("--log-dir", default=None, help="keep the Inspect eval log there (default: not kept)")
     parser.add_argument(
         "--no-seeds", action="store_true", help="leave the seeds each generation was asked with out of the comparison"
     )
@@ -394,7 +397,7 @@ def main(args: argparse.Namespace) -> int:
     any differs."""
     script = resolve_script(args.script)
     task = args.task or script.stem
-    runs = run_paths(task, script, args.tool_env, judge=args.judge, seed=args.seed)
+    runs = run_paths(task, script, args.tool_env, judge=args.judge, seed=args.seed, log_dir=args.log_dir)
     n = len(runs[0].samples)
     print(f"{task} fixture, {n} samples, replay {script.name}, tool environment {args.tool_env}, judge {args.judge}")
     status = 0
