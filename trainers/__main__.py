@@ -128,6 +128,14 @@ def _parser() -> argparse.ArgumentParser:
     from trainers.cpu.ablation_config import add_arguments as add_ablation_arguments
 
     add_ablation_arguments(p)
+    p = sub.add_parser(
+        "parity",
+        help="one replay script through the Inspect eval, the OpenRLHF executor and the CPU trainer's rollout: "
+        "print where the paths first differ (exit 1 when they do)",
+    )
+    from trainers.parity import add_arguments as add_parity_arguments
+
+    add_parity_arguments(p)
     return parser
 
 
@@ -194,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
 
             print(run_ablation(ablation_config(args)))
             return 0
+        if args.cmd == "parity":
+            from trainers.parity import main as parity_main
+
+            return parity_main(args)
         if args.cmd == "plot":
             from trainers.core.plot import plot_metrics
 

@@ -1,0 +1,129 @@
+"""One replay model through the three rollout paths (Inspect eval, OpenRLHF executor, CPU trainer), under both tool
+environments: the same trajectories, verdicts and rewards (trainers.parity), and a path that parts is named."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from needs import import_or_skip
+
+import_or_skip("openrlhf.utils.agent")
+import_or_skip("trl")
+
+from trainers import parity  # noqa: E402
+from trainers.core._compat import load_tokenizer  # noqa: E402
+
+AIME24 = parity.REPLAY_DIR / "aime24.yaml"
+SYMPY = "import sympy\\nprint(sympy.divisor_count(2**4 * 3**4)"
+
+
+def _script(tool_env: str, tmp: Path) -> Path:
+    """aime24's replay script with one wrong answer, its calls naming the tool environment's tool (``reference``
+    does not read a call to ``python``)."""
+    text = AIME24.read_text().replace("The remainder is \\boxed{401}", "The remainder is \\boxed{400}")
+    # no sympy import: under a loaded machine it can outlast the reference's 4 s on one path and not another
+    text = text.replace(SYMPY, "print(len([d for d in range(1, 1297) if 1296 % d == 0])")
+    assert "boxed{400}" in text and "sympy.divisor" not in text
+    if tool_env == "reference":
+        text = text.replace('"name": "python"', '"name": "code_interpreter"')
+    path = tmp / f"aime24-{tool_env}.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="module", params=["project", "reference"])
+def runs(request, tmp_path_factory, tokenizer):
+    tool_env = request.param
+    script = _script(tool_env, tmp_path_factory.mktemp(tool_env))
+    judge = "lenient" if tool_env == "project" else "reference"
+    inspect_run, problems = parity.run_inspect("aime24", script, tool_env, judge=judge)
+
+    async def trainers():
+        return (
+            await parity.run_executor(problems, script, tool_env, judge=judge, tokenizer=tokenizer),
+            await parity.run_cpu(problems, script, tool_env, judge=judge, tokenizer=tokenizer),
+        )
+
+    executor_run, cpu_run = asyncio.run(trainers())
+    return {"inspect": inspect_run, "executor": executor_run, "cpu": cpu_run, "problems": problems, "script": script}
+
+
+def test_the_runs_exercise_tool_results_saar_and_both_verdicts(runs):
+    samples = runs["inspect"].samples.values()
+    actions = {e["action"] for s in samples for e in s.saar_events}
+    assert {"shallow", "exhausted"} <= actions, actions
+    assert any(m["role"] == "tool" and m["ok"] for s in samples for m in s.messages)
+    assert {s.correct for s in samples} == {True, False}  # a right and a wrong answer
+    assert all(s.seeds and all(isinstance(x, int) for x in s.seeds) for s in samples)  # Inspect seeds every call
+
+
+@pytest.mark.parametrize("path", ["executor", "cpu"])
+def test_every_path_gives_inspects_trajectories_verdicts_and_rewards(runs, path):
+    assert parity.first_difference(runs["inspect"], runs[path], seeds=False) is None
+    assert parity.first_difference(runs["executor"], runs["cpu"], seeds=False) is None  # both trainers' rewards too
+
+
+def test_the_cpu_trainer_samples_with_inspects_seeds(runs):
+    assert parity.first_difference(runs["inspect"], runs["cpu"]) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the OpenRLHF executor calls rollout() without the trajectory seed: its generations carry no seed "
+    "(params.seed stays the job's), so a sampling engine draws other tokens than Inspect and the CPU trainer",
+)
+def test_the_executor_samples_with_inspects_seeds(runs):
+    assert parity.first_difference(runs["inspect"], runs["executor"]) is None
+
+
+def test_a_path_under_the_other_profile_is_named_at_its_first_difference(runs, tokenizer):
+    tool_env = runs["inspect"].tool_env
+    other = "reference" if tool_env == "project" else "project"
+    cpu = asyncio.run(parity.run_cpu(runs["problems"], runs["script"], other, tokenizer=tokenizer))
+    where = parity.first_difference(runs["inspect"], cpu, seeds=False)
+    # the first sample's call (named by another tool) or its result (framed by another environment)
+    first = min(runs["inspect"].samples)
+    assert where is not None and where.startswith((f"sample {first}, messages[1]", f"sample {first}, messages[2]"))
+    # against the other token path, already in the first prompt: the tool the rendered schema shows
+    where = parity.first_difference(runs["executor"], cpu, seeds=False)
+    assert where is not None and where.startswith(f"sample {first}, prompt: executor "), where
+
+
+def test_a_changed_reward_or_tool_result_is_named(runs):
+    from dataclasses import replace
+
+    cpu = runs["cpu"]
+    last = max(cpu.samples)
+    changed = parity.PathRun("cpu", cpu.tool_env, {**cpu.samples, last: replace(cpu.samples[last], reward=-1.0)})
+    assert parity.first_difference(runs["executor"], changed, seeds=False) == (
+        f"sample {last}, reward: executor {runs['executor'].samples[last].reward!r} vs cpu -1.0"
+    )
+    record = cpu.samples[last]
+    i = next(i for i, m in enumerate(record.messages) if m["role"] == "tool")
+    messages = [*record.messages[:i], {**record.messages[i], "text": "other"}, *record.messages[i + 1 :]]
+    changed = parity.PathRun("cpu", cpu.tool_env, {**cpu.samples, last: replace(record, messages=messages)})
+    assert parity.first_difference(runs["inspect"], changed, seeds=False).startswith(
+        f"sample {last}, messages[{i}].text: inspect "
+    )
+
+
+def test_the_command_prints_each_paths_first_difference_and_fails_when_one_differs(runs, monkeypatch, capsys):
+    from trainers.__main__ import main
+
+    monkeypatch.setattr(parity, "run_paths", lambda *a, **k: [runs["inspect"], runs["executor"], runs["cpu"]])
+    tool_env = runs["inspect"].tool_env
+    argv = ["parity", "--script", str(runs["script"]), "--task", "aime24", "--tool-env", tool_env]
+    assert main([*argv, "--no-seeds"]) == 0
+    out = capsys.readouterr().out
+    assert "inspect vs executor: same" in out and "inspect vs cpu: same" in out
+    assert main(argv) == 1  # the executor's generations carry no seed
+    out = capsys.readouterr().out
+    assert "inspect vs executor: differ at sample fixture-2024-I-1, seeds[0]: inspect " in out
+    assert "inspect vs cpu: same" in out
