@@ -74,11 +74,6 @@ def test_the_cpu_trainer_samples_with_inspects_seeds(runs):
     assert parity.first_difference(runs["inspect"], runs["cpu"]) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the OpenRLHF executor calls rollout() without the trajectory seed: its generations carry no seed "
-    "(params.seed stays the job's), so a sampling engine draws other tokens than Inspect and the CPU trainer",
-)
 def test_the_executor_samples_with_inspects_seeds(runs):
     assert parity.first_difference(runs["inspect"], runs["executor"]) is None
 
@@ -115,15 +110,25 @@ def test_a_changed_reward_or_tool_result_is_named(runs):
 
 
 def test_the_command_prints_each_paths_first_difference_and_fails_when_one_differs(runs, monkeypatch, capsys):
+    from dataclasses import replace
+
     from trainers.__main__ import main
 
-    monkeypatch.setattr(parity, "run_paths", lambda *a, **k: [runs["inspect"], runs["executor"], runs["cpu"]])
+    paths = [runs["inspect"], runs["executor"], runs["cpu"]]
+    monkeypatch.setattr(parity, "run_paths", lambda *a, **k: paths)
     tool_env = runs["inspect"].tool_env
     argv = ["parity", "--script", str(runs["script"]), "--task", "aime24", "--tool-env", tool_env]
-    assert main([*argv, "--no-seeds"]) == 0
+    assert main(argv) == 0  # seeds compared too: every path asks the engine with Inspect's seeds
     out = capsys.readouterr().out
     assert "inspect vs executor: same" in out and "inspect vs cpu: same" in out
-    assert main(argv) == 1  # the executor's generations carry no seed
+    executor = runs["executor"]
+    first = min(executor.samples)
+    seeds = [s + 1 for s in executor.samples[first].seeds]
+    paths[1] = parity.PathRun(
+        "executor", executor.tool_env, {**executor.samples, first: replace(executor.samples[first], seeds=seeds)}
+    )
+    assert main(argv) == 1
     out = capsys.readouterr().out
-    assert "inspect vs executor: differ at sample fixture-2024-I-1, seeds[0]: inspect " in out
+    assert f"inspect vs executor: differ at sample {first}, seeds[0]: inspect " in out
     assert "inspect vs cpu: same" in out
+    assert main([*argv, "--no-seeds"]) == 0

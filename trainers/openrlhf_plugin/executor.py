@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import Counter
 from copy import deepcopy
 from typing import Any
 
@@ -70,6 +71,7 @@ from harness.core.messages import Generation, Message
 from harness.core.problems import rollout_config
 from harness.core.response import response_text
 from harness.core.rollout import Trajectory, rollout
+from harness.core.seeds import trajectory_seed
 from sandboxes.base import ExecResult, Sandbox
 from trainers.core._compat import get_backend, get_render
 from trainers.core.config import ExecutorConfig
@@ -145,7 +147,9 @@ class AgentExecutor(AgentExecutorBase):
     def __init__(self, config: ExecutorConfig | None = None, render: Any = None, backend: Any = None) -> None:
         self.config = config or ExecutorConfig.from_env()
         self._rollout_config = self.config.rollout_config()
-        self._rng = random.Random(self.config.seed)
+        # the run's seed; None: a fresh one per executor
+        self._seed = random.SystemRandom().getrandbits(32) if self.config.seed is None else self.config.seed
+        self._drawn: Counter[str] = Counter()  # trajectories drawn so far per problem: its next "epoch"
         self._render = render
         self._backend = backend
         self._slots: asyncio.Semaphore | None = None
@@ -220,8 +224,11 @@ class AgentExecutor(AgentExecutorBase):
         render = self._get_render()
         messages = item.messages()
         n_prompt = len(messages)
-        # the trajectory's SAAR draw, fixed before any attempt: a rerun after a sandbox failure draws the same
-        rng_seed = self._rng.random()
+        # the trajectory's seed, as Inspect seeds the k-th epoch of a sample (harness.core.seeds): its SAAR draw
+        # and every generation's seed derive from it, so a rollout samples the same whatever shares the engine's
+        # batch, and a rerun after a sandbox failure starts from the same draws
+        self._drawn[item.id] += 1
+        seed = trajectory_seed(self._seed, item.id, self._drawn[item.id])
         # the parse mode follows the problem kind: a code item's final ```python block is its answer
         config = rollout_config(item.kind, self._rollout_config)
 
@@ -266,7 +273,7 @@ class AgentExecutor(AgentExecutorBase):
 
             sandbox = self._sandbox()
             count = tool_result_counter(tokenizer) if config.response_budget else None
-            traj = await rollout(messages, generate, sandbox, config, random.Random(rng_seed), count_tokens=count)
+            traj = await rollout(messages, generate, sandbox, config, seed=seed, count_tokens=count)
             # the reference's reward reads the whole response, tool output included (harness.core.response)
             judged = response_text(traj.messages) if self.config.reward_on_response else traj.final_text
             outcome = await compute_reward(item, judged, sandbox, lenient=self.config.lenient_reward)
