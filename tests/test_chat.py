@@ -154,7 +154,7 @@ def test_smollm2_template_renders_the_inline_form() -> None:
     gguf = embedded_gguf_path()
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
     assert not chat.supports_tools(tok)
-    assert chat.render(tok, trajectory(), env=PROJECT) == chat.render(tiny_tokenizer(CHATML), trajectory())
+    assert chat.render(tok, trajectory(), env=PROJECT) == chat.render(tiny_tokenizer(CHATML), trajectory(), env=PROJECT)
     assert chat.stop_strings(tok)[:2] == [CALL_CLOSE, "<|im_end|>"]
     ids = chat.render_ids(tok, trajectory(), env=PROJECT)
     assert tok.decode(ids) == chat.render(tok, trajectory(), env=PROJECT)

@@ -87,6 +87,7 @@ ENGINE_KWARGS = {
     "trust_remote_code": True,
     "logprobs_mode": "processed_logprobs",  # what create_vllm_engines adds with the correction on
     "max_logprobs": 1,
+    "enable_chunked_prefill": False,  # what the agent file sets on CPU (tests/vllm_agent.py: seeded requests)
 }
 #: how far a token's log-prob may move between two prefills of the same sequence in other batches (bfloat16 engine)
 PREFILL_TOL = 0.05
@@ -421,7 +422,7 @@ def test_lengths_follow_openrlhf_max_len_and_max_new_tokens(runs):
         for call in r["test_record"]["calls"]:
             assert call["max_tokens"] == min(MAX_NEW, MAX_LEN - len(call["prompt_ids"]))
             assert len(call["ids"]) <= call["max_tokens"]
-            assert call["seed"] is None  # OpenRLHF sends no per-request seed; the executor adds none
+            assert isinstance(call["seed"], int)  # OpenRLHF sends none; the executor seeds from the trajectory
 
 
 def test_reward_scores_and_logs_are_right(runs, tokenizer):

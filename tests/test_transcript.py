@@ -69,7 +69,7 @@ def calls_written(sample: EvalSample) -> list[str]:
     for e in sample.events:
         if e.event == "model":
             gen = to_generation(e.output, PROJECT)
-            turn = to_assistant(gen, fence, env=PROJECT)
+            turn = to_assistant(gen, env=PROJECT, accept_python_fence=fence)
             if turn.call is not None and not gen.truncated:
                 out.append(turn.call.code)
     return out

@@ -25,6 +25,27 @@ from trainers.core.rescore import rescore, sampled_logprobs
 from trainers.openrlhf_plugin.executor import AgentExecutor as CleanerExecutor
 
 
+def _whole_prefills() -> None:
+    """Build the actor's engine without chunked prefill, as the project's CPU engines run (docs/models.md).
+
+    The executor seeds every request, and vLLM 0.32's CPU build kills its engine on a chunked prefill of a seeded
+    request ("CPU Generator does not use offset"); CUDA generators are unaffected. OpenRLHF's create_vllm_engines has
+    no switch for it, but loads this file in the actor before it builds ``vllm.AsyncEngineArgs``, so the default is
+    set here.
+    """
+    import vllm
+
+    class WholePrefillArgs(vllm.AsyncEngineArgs):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs.setdefault("enable_chunked_prefill", False)
+            super().__init__(*args, **kwargs)
+
+    vllm.AsyncEngineArgs = WholePrefillArgs
+
+
+_whole_prefills()
+
+
 class RecordingEngine:
     """Forwards ``generate`` to OpenRLHF's engine (the rollout actor) and records each call and its output; a
     prefill that scores its prompt (``prompt_logprobs``) is recorded apart, in ``prefills``."""
