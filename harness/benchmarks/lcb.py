@@ -50,6 +50,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, get_args
 
+from harness.core.echo_runner import ADDRESS_SPACE
 from sandboxes.base import Sandbox, SandboxError
 
 TestType = Literal["stdin", "functional"]
@@ -62,9 +63,8 @@ RULES: tuple[Rule, ...] = get_args(Rule)
 #: ``MAX_EXECUTION_TIME=4`` (the reference's README, lines 108-109) for the reference's.
 RULE_TIMEOUTS: dict[Rule, float] = {"official": 6.0, "reference": 4.0}
 REFERENCE_TIMEOUT = RULE_TIMEOUTS["reference"]
-#: code-judge's address-space cap: ``MAX_MEMORY`` (256 MiB by default, ``app/config.py`` line 32) plus the
-#: 256 MiB it adds for Python (``app/libs/executors/python_executor.py`` lines 138-139), set after its imports.
-REFERENCE_ADDRESS_SPACE = 512 * 1024 * 1024
+#: code-judge's address-space cap (the tool's, :data:`harness.core.echo_runner.ADDRESS_SPACE`), set after its imports.
+REFERENCE_ADDRESS_SPACE = ADDRESS_SPACE
 #: The imports code-judge puts before every program (``python_executor.py`` line 27), then those of
 #: :data:`REFERENCE_NAME_IMPORTS` whose name the program uses.
 REFERENCE_IMPORTS = ("from __future__ import annotations", "from typing import *")

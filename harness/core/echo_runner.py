@@ -5,10 +5,14 @@ Open-CLEANER runs each call through a wrapper of its own (``recipe/cleaner/code_
 (``code-judge/app/libs/executors/python_executor.py``), at commit 91e40ad. This module builds a
 program with the same observable behaviour, written for this project, that any sandbox runs:
 
-* a fresh interpreter; the code runs in a namespace that already holds the wrapper's names
+* a fresh interpreter; the code runs in a copy of the wrapper's namespace as it stood after its imports
   (``os``, ``sys``, ``ast``, ``base64``, ``traceback``, ``linecache``, everything of ``typing``,
-  ``CodeType``, ``redirect_stdout``, ``redirect_stderr``, ``StringIO``), compiled with
-  ``from __future__ import annotations`` in effect;
+  ``CodeType``, ``redirect_stdout``, ``redirect_stderr``, ``StringIO``, ``annotations``; not the modules the
+  wrapper itself uses, such as ``io``), compiled with ``from __future__ import annotations`` in effect;
+* the address space capped at :data:`ADDRESS_SPACE` (the sandbox's own limit applies where it is lower)
+  and ``OPENBLAS_NUM_THREADS=1``, as code-judge sets them before the code runs;
+* every byte the code writes to ``sys.stdout`` and ``sys.stderr`` taken, the first :data:`STREAM_BYTES` of each
+  written on (the reference shows a stream's first 1000 characters, and more output is no failure there);
 * when the last top-level statement is an expression, the lines before it run as one block and the
   lines of that expression are evaluated; a value that is not None is printed as its ``repr``. When
   the evaluation fails, those lines run again as statements;
@@ -21,15 +25,18 @@ program with the same observable behaviour, written for this project, that any s
   as Python splits them (at ``\n``, ``\r\n`` and ``\r`` only). What the code leaves to the wrapper's
   end (a final value whose ``repr`` raises, a ``KeyboardInterrupt``) is reported the same way, never
   as a traceback of the wrapper;
-* at its time limit the program prints ``Suicide from timeout.`` to stdout (flushing what it had
-  printed) and ends; past its CPU-time limit it is killed outright. Both end as a ``Timeout``
-  (``SIGXCPU``), which the ``reference`` framing reports as ``reason: worker_timeout``.
+* at its time limit (wall clock, as ``alarm``) the program prints ``Suicide from timeout.`` to stdout
+  (flushing what it had printed) and ends, a busy one too; a second later in CPU time, code stuck where
+  Python cannot handle a signal (in C) is killed outright. Both end as a ``Timeout`` (``SIGXCPU``), which
+  the ``reference`` framing reports as ``reason: worker_timeout``.
 
 The wrapper's own imports never come from the work dir (files an earlier call left there); the code's
 imports do, as in a fresh interpreter.
 
-Not reproduced: code-judge's 512 MB address-space limit (the sandbox's own memory limit applies) and
-the ``input`` argument a call may carry as stdin (the schema has no such argument).
+Not reproduced: the ``input`` argument a call may carry as stdin (the schema has no such argument), the
+wrapper's own names ``CodeExecutionError`` and ``PersistentExecutor`` in the namespace, and output written
+around ``sys.stdout`` (to ``sys.__stdout__``, file descriptor 1, or by a child process), which the sandbox's
+output cap still bounds.
 """
 
 from __future__ import annotations
@@ -37,18 +44,51 @@ from __future__ import annotations
 import math
 import re
 
-#: The wrapper; ``__cleaner_echo(code, limit)`` runs one call.
+from harness.core.protocol import REFERENCE_STREAM_CHARS
+
+#: code-judge's address-space cap: ``MAX_MEMORY`` (256 MiB by default, ``app/config.py`` line 32) plus the
+#: 256 MiB it adds for Python (``app/libs/executors/python_executor.py`` lines 104-106, 138-139).
+ADDRESS_SPACE = 512 * 1024 * 1024
+#: Bytes of each stream a call writes on: every character the result shows, at four bytes at most each.
+STREAM_BYTES = 4 * REFERENCE_STREAM_CHARS
+
+#: The wrapper; ``__cleaner_run(code, limit, stream_bytes, address_space)`` runs one call.
 _PRELUDE = r"""from __future__ import annotations
 import os, sys
 __cleaner_path = sys.path[:]
 sys.path[:] = [p for p in sys.path if os.path.realpath(p or ".") != os.path.realpath(".")]
-import ast, base64, io, linecache, resource, signal, traceback
+import ast, base64, linecache, traceback
 from contextlib import redirect_stderr, redirect_stdout
 from io import StringIO
 from types import CodeType
 from typing import *
 from typing import Any, Optional
+__cleaner_namespace = {k: v for k, v in globals().items() if not k.startswith("__cleaner")}
+import io, resource, signal
 sys.path[:] = __cleaner_path
+
+
+class __cleaner_Capped(io.RawIOBase):  # a stream's first cap bytes are written on; the rest is taken and dropped
+
+    def __init__(self, fd, cap):
+        self.fd, self.left = fd, cap
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        view = memoryview(data)
+        size = len(view)
+        view = view[: max(self.left, 0)]
+        while len(view):
+            written = os.write(self.fd, view)
+            view, self.left = view[written:], self.left - written
+        return size
+
+
+def __cleaner_stream(stream, cap, line_buffering):
+    raw = io.BufferedWriter(__cleaner_Capped(stream.fileno(), cap), 8192)
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="backslashreplace", line_buffering=line_buffering)
 
 
 def __cleaner_lines(code):
@@ -86,19 +126,23 @@ def __cleaner_timeout(signum, frame):
     os.kill(os.getpid(), signal.SIGXCPU)
 
 
-def __cleaner_echo(code, limit):
-    sys.stdout = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(sys.stdout.fileno(), "w", closefd=False), 8192),
-        encoding="utf-8", errors="backslashreplace", line_buffering=False,
-    )
+def __cleaner_limit(which, soft, hard):
+    try:
+        resource.setrlimit(which, (soft, hard))
+    except (ValueError, OSError):  # the sandbox's own limit is lower
+        pass
+
+
+def __cleaner_echo(code, limit, stream_bytes, address_space):
+    sys.stdout = __cleaner_stream(sys.stdout, stream_bytes, False)
+    sys.stderr = __cleaner_stream(sys.stderr, stream_bytes, True)
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    __cleaner_limit(resource.RLIMIT_AS, address_space, resource.getrlimit(resource.RLIMIT_AS)[1])
     signal.signal(signal.SIGXCPU, signal.SIG_DFL)
     signal.signal(signal.SIGALRM, __cleaner_timeout)
-    signal.setitimer(signal.ITIMER_REAL, limit + 0.1)  # a busy program reaches its CPU limit first
-    try:
-        resource.setrlimit(resource.RLIMIT_CPU, (limit, limit + 1))
-    except (ValueError, OSError):
-        pass
-    namespace = {k: v for k, v in globals().items() if not k.startswith("__cleaner")}
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    __cleaner_limit(resource.RLIMIT_CPU, limit + 1, limit + 2)  # after the alarm: code stuck in C, which it cannot end
+    namespace = dict(__cleaner_namespace)
     namespace.update({"__name__": "__main__", "__file__": "<string>"})
     try:
         tree = ast.parse(code)
@@ -129,9 +173,9 @@ def __cleaner_echo(code, limit):
     sys.stdout.flush()
 
 
-def __cleaner_run(code, limit):
+def __cleaner_run(code, limit, stream_bytes, address_space):
     try:
-        __cleaner_echo(code, limit)
+        __cleaner_echo(code, limit, stream_bytes, address_space)
     except SystemExit:
         raise
     except BaseException as exc:  # what the program left to the end (a repr that raises, a KeyboardInterrupt)
@@ -141,7 +185,7 @@ def __cleaner_run(code, limit):
 
 def echo_program(code: str, limit: float) -> str:
     """The program that runs ``code`` as a ``reference`` call does, ended after ``limit`` seconds."""
-    return f"{_PRELUDE}\n__cleaner_run({code!r}, {max(1, math.ceil(limit))})\n"
+    return f"{_PRELUDE}\n__cleaner_run({code!r}, {max(1, math.ceil(limit))}, {STREAM_BYTES}, {ADDRESS_SPACE})\n"
 
 
 _ERROR_LINE = re.compile(r"(?P<kind>[A-Za-z_]\w*)(?: at line \d+)?: ")
