@@ -24,6 +24,7 @@ TRAINERS = {
     "warmup-measure": "the warm model on held-out problems and fixtures",
     "warmup-iterate": "expert-iteration rounds from the warm model on vLLM",
     "ablation": "train with SAAR on and off from the same warm start; write a report",
+    "parity": "one replay script through the eval, the OpenRLHF executor and the CPU trainer: where they differ",
 }
 #: ``python -m sandboxes``'s commands and what each does
 SANDBOXES = {
