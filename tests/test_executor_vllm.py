@@ -110,6 +110,17 @@ def _inject_groups() -> list[tuple[str, str]]:
     return [(item.prompt, item.label()), (item.prompt, BAD_LABEL)]
 
 
+def _arms() -> dict[bool | str, list[tuple[str, str]]]:
+    """Each arm's groups, in the order they are submitted: a (prompt, label) per ``generate_responses`` call."""
+    items = _items()
+    arms: dict[bool | str, list[tuple[str, str]]] = {
+        saar: [(item.prompt, item.label()) for item in items] for saar in (True, False)
+    }
+    arms[INJECT] = _inject_groups()
+    arms[CORRECT] = [(item.prompt, item.label()) for item in items[:2]]
+    return arms
+
+
 def _sampling_params(saar: bool | str):
     """OpenRLHF's own SamplingParams (samples_generator._dispatch_prompts_to_vllm), plus the test agent's arm."""
     from vllm import SamplingParams
@@ -173,41 +184,19 @@ def _via_ray(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dict[s
         built = time.monotonic() - start
         start = time.monotonic()
         refs = {
-            saar: [
+            arm: [
                 engine.generate_responses.remote(
-                    prompt=item.prompt,
-                    label=item.label(),
-                    sampling_params=_sampling_params(saar),
+                    prompt=prompt,
+                    label=label,
+                    sampling_params=_sampling_params(arm),
                     max_length=MAX_LEN,
                     hf_tokenizer=tokenizer,
                     num_samples=SAMPLES,
                 )
-                for item in _items()
+                for prompt, label in groups
             ]
-            for saar in (True, False)
+            for arm, groups in _arms().items()
         }
-        refs[INJECT] = [
-            engine.generate_responses.remote(
-                prompt=prompt,
-                label=label,
-                sampling_params=_sampling_params(INJECT),
-                max_length=MAX_LEN,
-                hf_tokenizer=tokenizer,
-                num_samples=SAMPLES,
-            )
-            for prompt, label in _inject_groups()
-        ]
-        refs[CORRECT] = [
-            engine.generate_responses.remote(
-                prompt=item.prompt,
-                label=item.label(),
-                sampling_params=_sampling_params(CORRECT),
-                max_length=MAX_LEN,
-                hf_tokenizer=tokenizer,
-                num_samples=SAMPLES,
-            )
-            for item in _items()[:2]
-        ]
         results = {saar: [r for group in ray.get(rs) for r in group] for saar, rs in refs.items()}
         return results, {"engine": "ray", "build_s": built, "rollouts_s": time.monotonic() - start}
     finally:
@@ -262,24 +251,12 @@ def _in_process(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dic
             actor = _InProcessActor(engine, agent.AgentExecutor())
             start = time.monotonic()
             groups = {
-                saar: [
-                    actor.generate_responses(
-                        item.prompt, item.label(), _sampling_params(saar), MAX_LEN, tokenizer, SAMPLES
-                    )
-                    for item in _items()
+                arm: [
+                    actor.generate_responses(prompt, label, _sampling_params(arm), MAX_LEN, tokenizer, SAMPLES)
+                    for prompt, label in groups
                 ]
-                for saar in (True, False)
+                for arm, groups in _arms().items()
             }
-            groups[INJECT] = [
-                actor.generate_responses(prompt, label, _sampling_params(INJECT), MAX_LEN, tokenizer, SAMPLES)
-                for prompt, label in _inject_groups()
-            ]
-            groups[CORRECT] = [
-                actor.generate_responses(
-                    item.prompt, item.label(), _sampling_params(CORRECT), MAX_LEN, tokenizer, SAMPLES
-                )
-                for item in _items()[:2]
-            ]
             out = {saar: [r for g in await asyncio.gather(*gs) for r in g] for saar, gs in groups.items()}
             return out, {"engine": "in-process", "build_s": built, "rollouts_s": time.monotonic() - start}
         finally:
