@@ -602,6 +602,30 @@ def fn_name_of(metadata: dict[str, Any]) -> str | None:
     return None
 
 
+def graded_program(completion: str | None, fn_name: str | None, rule: Rule) -> str | TestFailure:
+    """The program ``rule`` grades in ``completion``, or the failure that keeps it from running.
+
+    The official rule reads the final ```python block of ``completion`` (the final turn:
+    :func:`harness.benchmarks.scoring.extract_code`). The reference's rule reads the whole response
+    as ``completion`` (:func:`reference_code`), fails a program that does not parse without
+    running it, and moves a function named ``fn_name`` into a class ``Solution``
+    (:func:`as_solution_class`), as the reference does. No program is a ``no_code`` failure.
+    """
+    from harness.benchmarks.scoring import extract_code
+
+    check_rule(rule)
+    code = extract_code(completion) if rule == "official" else reference_code(completion)
+    if code is None or not code.strip():
+        return TestFailure(0, "no_code", "the completion contains no code block")
+    if rule == "reference":
+        tree = _syntax_tree(code)
+        if isinstance(tree, str):
+            return TestFailure(0, "syntax_error", f"not run: the program does not parse ({tree})")
+        if fn_name and "class Solution" not in code:
+            code = as_solution_class(code, fn_name)
+    return code
+
+
 async def grade_completion(
     sandbox: Sandbox,
     completion: str | None,
@@ -611,32 +635,17 @@ async def grade_completion(
     all_tests: bool = True,
     rule: Rule = "official",
 ) -> CodeGrade:
-    """Grade the program of ``completion`` on the problem's tests, by ``rule``.
+    """Grade the program of ``completion`` (as :func:`graded_program` reads it) on the problem's tests, by ``rule``.
 
     ``metadata`` is a LiveCodeBench :class:`harness.benchmarks.datasets.Problem`'s metadata.
-    The official rule grades the final ```python block of ``completion`` (the final turn:
-    :func:`harness.benchmarks.scoring.extract_code`). The reference's rule reads the whole response
-    as ``completion`` (:func:`reference_code`), fails a program that does not parse without
-    running it, and moves a function named ``fn_name`` into a class ``Solution``
-    (:func:`as_solution_class`), as the reference does.
     """
-    from harness.benchmarks.scoring import extract_code
-
-    check_rule(rule)
     tests = problem_tests(metadata, where=str(metadata.get("question_id", "problem")))
     fn_name = fn_name_of(metadata)
-    if rule == "official":
-        code = extract_code(completion)
-    else:
-        code = reference_code(completion)
-        tree = None if code is None else _syntax_tree(code)
-        if isinstance(tree, str):
-            failure = TestFailure(0, "syntax_error", f"not run: the program does not parse ({tree})")
-            return CodeGrade(0, len(tests), failure, rule=rule)
-        if code is not None and fn_name and "class Solution" not in code:
-            code = as_solution_class(code, fn_name)
+    program = graded_program(completion, fn_name, rule)
+    if isinstance(program, TestFailure):
+        return CodeGrade(0, len(tests), program, rule=rule)
     return await grade(
-        sandbox, code, tests, fn_name=fn_name, timeout_per_test=timeout_per_test, all_tests=all_tests, rule=rule
+        sandbox, program, tests, fn_name=fn_name, timeout_per_test=timeout_per_test, all_tests=all_tests, rule=rule
     )
 
 

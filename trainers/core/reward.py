@@ -5,8 +5,11 @@ As the reference recipe does:
 * math and GPQA: +1/-1 from the strict boxed-answer check
   (:func:`harness.benchmarks.scoring.strict_reward`; ``lenient=True`` uses the evaluation judge
   instead);
-* code: the fraction of tests passed (:func:`harness.benchmarks.lcb.grade`), and -1 when the
-  answer holds no python block or that block does not parse.
+* code: the fraction of tests passed, and -1 when the answer holds no python block or that block
+  does not parse. The judge chooses the grader (:func:`code_rule`): the reference's grading
+  (code-judge's exact comparison of the whole stdout, every test run as a script; the program is
+  the last block of the whole text judged) by default, LiveCodeBench's official grader on the
+  final block with ``lenient=True`` (:mod:`harness.benchmarks.lcb`), as the evaluation's judges do.
 
 ``score`` is the same outcome in [0, 1], for OpenRLHF's dynamic filtering: a right
 boxed answer is 1, a wrong one 0; code keeps its fraction.
@@ -18,7 +21,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any
 
-from harness.benchmarks import scoring
+from harness.benchmarks import lcb, scoring
 from sandboxes.base import Sandbox
 from trainers.core.data import TrainItem
 
@@ -33,6 +36,19 @@ class Outcome:
         return {"reward": self.reward, "score": self.score, "correct": self.correct}
 
 
+def code_rule(lenient: bool) -> lcb.Rule:
+    """The grader of a code reward: the official one under the lenient judge, else the reference's."""
+    return "official" if lenient else "reference"
+
+
+def _parses(program: str) -> bool:
+    try:
+        ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
 async def compute_reward(
     item: TrainItem, completion: str, sandbox: Sandbox | None = None, *, lenient: bool = False
 ) -> Outcome:
@@ -44,18 +60,13 @@ async def compute_reward(
             r = scoring.strict_reward(completion, item.target)
         return Outcome(r, (r + 1.0) / 2.0, r > 0)
     if item.kind == "code":
-        code = scoring.extract_code(completion)
-        if code is None:
-            return Outcome(-1.0, 0.0, False)
-        try:
-            ast.parse(code)
-        except SyntaxError:
+        rule = code_rule(lenient)
+        program = lcb.graded_program(completion, item.fn_name, rule)
+        if isinstance(program, lcb.TestFailure) or not _parses(program):
             return Outcome(-1.0, 0.0, False)
         if sandbox is None:
             raise ValueError(f"item {item.id}: a code reward needs a sandbox to run the tests in")
-        from harness.benchmarks import lcb  # noqa: PLC0415 - imported where code is graded
-
-        grade = await lcb.grade(sandbox, code, item.tests, fn_name=item.fn_name, all_tests=True)
+        grade = await lcb.grade(sandbox, program, item.tests, fn_name=item.fn_name, all_tests=True, rule=rule)
         fraction = float(grade.fraction)
         return Outcome(fraction, fraction, fraction >= 1.0)
     raise ValueError(f"item {item.id}: unknown kind {item.kind!r} (expected math, gpqa or code)")
