@@ -29,7 +29,11 @@ LEETCODE = TrainItem(
     "Add k to every element.",
     kind="code",
     tests=[
-        {"input": json.dumps(nums) + "\n" + str(k), "output": json.dumps([x + k for x in nums]), "testtype": "functional"}
+        {
+            "input": json.dumps(nums) + "\n" + str(k),
+            "output": json.dumps([x + k for x in nums]),
+            "testtype": "functional",
+        }
         for nums, k in [([1, 2], 3), ([0], 0), ([-5, 5, 9], 2)]
     ],
     fn_name="addToEvery",

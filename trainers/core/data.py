@@ -15,10 +15,11 @@ verl's RL layout, one row per problem:
 :func:`load_open_agentrl` reads it from the hub or from a local parquet / JSONL file or
 directory and turns each row into a :class:`TrainItem`, its prompt rendered with a
 :class:`~harness.core.prompts.PromptTemplates` (the project's by default; ``python -m trainers
-prepare-data --prompt-template FILE`` passes a user's file, so that training prompts match an
-evaluation's). :func:`export_openrlhf` writes items as the JSONL OpenRLHF reads
-(``--data.input_key prompt --data.label_key label``): the label carries everything the
-agent executor needs to score a trajectory.
+prepare-data --prompt-template FILE`` passes a user's file, such as the reference's training
+prompts written by ``python -m harness prompts from-reference --training``).
+:func:`export_openrlhf` writes items as the JSONL OpenRLHF reads (``--data.input_key prompt
+--data.label_key label``): the label carries everything the agent executor needs to score a
+trajectory.
 
 :func:`bignum_items` is the small set written for the CPU trainer and the tests:
 arithmetic on big numbers, which a 135M model gets wrong by hand and can get right
@@ -44,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from harness.benchmarks.datasets import DatasetError, tests_from_ground_truth
 from harness.core import prompts
 from harness.core.messages import Message
-from harness.core.prompts import PromptTemplates
+from harness.core.prompts import PromptTemplateError, PromptTemplates
 
 if TYPE_CHECKING:
     from harness.benchmarks.generators import GeneratedProblem
@@ -133,14 +134,32 @@ def _json_or(value: Any) -> Any:
     return value
 
 
+def choice_prompt(templates: PromptTemplates, question: str, where: str) -> str:
+    """The prompt of a choice question of the training set (a letter answer, its choices in its text).
+
+    The file's ``gpqa`` template renders it (a training file of the reference's prompts has one:
+    ``python -m harness prompts from-reference --training``). The project's file, and a file
+    without a ``gpqa`` template, render it with ``math`` followed by :data:`CHOICE_INSTRUCTION`
+    (the project's ``gpqa`` template is its evaluation's).
+    """
+    if "gpqa" not in templates.templates or templates.templates == prompts.default_templates().templates:
+        return templates.render("math", question) + CHOICE_INSTRUCTION
+    try:
+        return templates.render("gpqa", question)
+    except PromptTemplateError as exc:
+        raise DataError(
+            f"{where}: a choice question of the training set: {exc} (a training file of the reference's prompts: "
+            "python -m harness prompts from-reference --training)"
+        ) from exc
+
+
 def item_from_row(
     row: dict[str, Any], index: int, source: str = HUB_ID, *, templates: PromptTemplates | None = None
 ) -> TrainItem:
     """One Open-AgentRL-30K row as a :class:`TrainItem` (raises :class:`DataError` saying what is wrong).
 
     The prompt is rendered with ``templates`` (``None``: the project's): code with the ``code``
-    template, math with ``math``, and a choice question with ``math`` followed by
-    :data:`CHOICE_INSTRUCTION`.
+    template, math with ``math``, and a choice question as :func:`choice_prompt` says.
     """
     templates = prompts.default_templates() if templates is None else templates
     row = _plain(row)
@@ -171,8 +190,7 @@ def item_from_row(
         return TrainItem(item_id, prompt, "", "code", tests, fn_name, data_source)
     target = str(truth).strip()
     if re.fullmatch(r"[A-D]", target) and _CHOICE.search(question):
-        text = templates.render("math", question) + CHOICE_INSTRUCTION
-        return TrainItem(item_id, text, target, "gpqa", source=data_source)
+        return TrainItem(item_id, choice_prompt(templates, question, where), target, "gpqa", source=data_source)
     return TrainItem(item_id, templates.render("math", question), target, "math", source=data_source)
 
 
