@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.core.problems import KINDS
 from harness.core.prompts import PromptTemplates, load_prompt_templates
 
 #: The commit whose prompts the project reads, and its file's path and sha256.
@@ -84,7 +85,6 @@ MESSAGE: tuple[str | int, ...] = ("prompt", 0, "content")
 TRAINING_DATA: Mapping[str, DataValue] = {"content": DataValue("problem", (MESSAGE,))}
 #: The condition under which a training method builds a code prompt (its ``else``: every other kind's).
 CODE_CONDITION = '"code" in row["data_source"]'
-TRAINING_KINDS = ("math", "gpqa", "code")
 #: The data_source of Open-AgentRL-30K.parquet's first row, which chooses the training prompts of the whole file.
 OPEN_AGENTRL_FIRST_SOURCE = "math_dapo"
 
@@ -263,7 +263,8 @@ class ReadPrompts:
     """The templates read from the reference's file, and where each came from (the written file's header)."""
 
     templates: dict[str, str]  #: kind -> template
-    origin: str  #: one line: which prompts these are and the method each kind was read from
+    what: str  #: which prompts these are ("evaluation prompts", "training prompts")
+    origin: str  #: where in the dataset class each kind was read from
 
 
 def _dataset_class(path: Path, source: str) -> tuple[ast.ClassDef, dict[str, ast.FunctionDef], dict[str, ast.expr]]:
@@ -306,17 +307,17 @@ def read_templates(path: Path, source: str, *, training: str | None = None) -> R
         for kind, (name, data) in METHODS.items():
             method = _method(path, cls, methods, name, f"{kind}'s prompt")
             templates[kind] = _Reader(path, constants, method, kind, data).evaluation_template()
-        origin = "evaluation prompts: " + ", ".join(f"{kind} <- {METHODS[kind][0]}" for kind in templates)
-        return ReadPrompts(templates, origin)
+        origin = ", ".join(f"{kind} <- {METHODS[kind][0]}" for kind in templates)
+        return ReadPrompts(templates, "evaluation prompts", origin)
     dispatch = _method(path, cls, methods, DISPATCH_METHOD, "the choice of a file's method")
     name = training_method(path, dispatch, training)
     method = _method(path, cls, methods, name, f"the training prompts of data_source {training!r}")
     reader = _Reader(path, constants, method, f"training, first data_source {training!r}", TRAINING_DATA)
     templates = _training_templates(reader)
-    origin = f"training prompts of a file whose first row's data_source is {training!r}: " + ", ".join(
+    origin = f"for a file whose first row's data_source is {training!r} ({DISPATCH_METHOD}): " + ", ".join(
         f"{kind} <- {name}" for kind in templates
     )
-    return ReadPrompts(templates, origin)
+    return ReadPrompts(templates, "training prompts", origin)
 
 
 # --------------------------------------------------------------------------- the training prompts
@@ -423,7 +424,7 @@ def _training_templates(reader: _Reader) -> dict[str, str]:
     top = [stmt for stmt in method.body if _sets_message(stmt)]
     if len(sets) == 1 and len(top) == 1:
         template = reader.template(top[0].value)  # type: ignore[attr-defined]
-        return {kind: template for kind in TRAINING_KINDS}
+        return {kind: template for kind in KINDS}
     branches = [stmt for stmt in method.body if isinstance(stmt, ast.If) and any(map(_sets_message, ast.walk(stmt)))]
     shape = f"expected the row's message set once, or once on each side of `if {CODE_CONDITION}`"
     if top or len(branches) != 1 or len(sets) != 2:
@@ -437,7 +438,7 @@ def _training_templates(reader: _Reader) -> dict[str, str]:
         raise reader.fail(branch, shape)
     code_template = reader.template(code[0].value)  # type: ignore[attr-defined]
     other_template = reader.template(other[0].value)  # type: ignore[attr-defined]
-    return {kind: code_template if kind == "code" else other_template for kind in TRAINING_KINDS}
+    return {kind: code_template if kind == "code" else other_template for kind in KINDS}
 
 
 # --------------------------------------------------------------------------- the file
@@ -470,7 +471,7 @@ def render_file(read: ReadPrompts, sha256: str = REWARD_SHA256) -> str:
     import yaml
 
     header = (
-        f"# Open-CLEANER's prompts, read from {REWARD_PATH} (sha256 {sha256[:16]}...)\n"
+        f"# Open-CLEANER's {read.what}, read from {REWARD_PATH} (sha256 {sha256[:16]}...)\n"
         f"# at commit {REFERENCE_COMMIT}, {DATASET_CLASS}: {read.origin}.\n"
         "# Written by `python -m harness prompts from-reference`. The wording is Open-CLEANER's, not this project's:\n"
         '# keep the file out of the repository. Placeholders: docs/benchmarks.md, "Prompts".\n'
