@@ -4,9 +4,9 @@ The reference is Open-CLEANER at commit 91e40ad: ``recipe/cleaner/reward.py`` bu
 prompts in ``CustomRLHFDataset`` (module constants at lines 40-43; AIME in ``map_fn``, line 76; GPQA in
 ``map_fn_gpqa``, lines 88-89; LiveCodeBench in ``map_lcb``, lines 101-107, its ground-truth tests shown
 as ``str(inputs)`` and ``str(outputs)`` at 103-106). Its training prompts: ``_read_files_and_tokenize``
-(lines 46-67) maps each training file with one method chosen by its first row's ``data_source`` (line 53):
+(lines 47-69) maps each training file with one method chosen by its first row's ``data_source`` (line 53):
 ``map_fn2`` (lines 118-122; math_dapo, mega-science) appends to the row's first message, ``map_fn_skywork``
-(lines 124-133; any other source) sets it one way for a source naming ``code`` and another for the rest. Its
+(lines 124-132; any other source) sets it one way for a source naming ``code`` and another for the rest. Its
 text is not the project's: these tests write a stand-in file in the same shape, with wording of their own, and
 compare what the command writes with the stand-in's own concatenations.
 """

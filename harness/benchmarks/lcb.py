@@ -652,6 +652,9 @@ async def grade_completion(
 async def code_reward(
     sandbox: Sandbox, completion: str | None, metadata: dict[str, Any], *, timeout_per_test: float | None = None
 ) -> float:
-    """The reference training reward for code: the fraction of all tests passed (0.0 to 1.0)."""
+    """The fraction of all tests passed (0.0 to 1.0) by the official grader.
+
+    The training reward (:func:`trainers.core.reward.compute_reward`) chooses its grader by the judge.
+    """
     result = await grade_completion(sandbox, completion, metadata, timeout_per_test=timeout_per_test, all_tests=True)
     return result.fraction
