@@ -30,8 +30,8 @@ from harness.benchmarks.reference_prompts import (
     templates_from_reference,
     write_templates,
 )
-from harness.core.prompts import load_prompt_templates
-from trainers.core.data import DataError, item_from_row, load_open_agentrl
+from harness.core.prompts import PromptTemplates, load_prompt_templates
+from trainers.core.data import CHOICE_INSTRUCTION, DataError, item_from_row, load_open_agentrl
 
 # The stand-in's pieces (invented wording; a brace, a trailing space and quotes, as in the real file).
 TAIL = "\nEnd with \\boxed{'your answer'}."
@@ -289,6 +289,10 @@ def test_an_evaluation_source_is_refused_for_training_and_an_evaluation_file_nam
     evaluation = write_templates(root, tmp_path / "reference.yaml", pinned=sha)
     with pytest.raises(DataError, match=r"row 2: a choice question.*\{domain\}.*from-reference --training"):
         item_from_row(training_rows()[2], 2, templates=evaluation)
+    # a file without a gpqa template renders a choice question as the project's file does
+    plain = PromptTemplates({"math": "M {problem}", "code": "C {problem}"}, source="plain", sha256="")
+    choice = training_rows()[2]["prompt"][0]["content"]
+    assert item_from_row(training_rows()[2], 2, templates=plain).prompt == "M " + choice + CHOICE_INSTRUCTION
 
 
 @pytest.mark.parametrize(
