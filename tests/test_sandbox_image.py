@@ -18,7 +18,7 @@ def fake_mmdebstrap(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """mmdebstrap present with one apt source; each bootstrap writes part of its tarball, then fails if told."""
     fails: list[str] = []
 
-    def bootstrap(out: str, sources: list[str]) -> None:
+    def bootstrap(out: str, sources: list[str], variant: str = "project") -> None:
         Path(out).write_bytes(b"half a root filesystem")
         if fails:
             raise RuntimeError(fails[0])
