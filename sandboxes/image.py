@@ -225,7 +225,8 @@ def _pip_hook() -> str:
     """The customize hook that installs :data:`RUNTIME_FILE` into the root filesystem ``$1``: this interpreter's
     pip fetches the pinned wheels of the rootfs's Python version and machine from PyPI (``--no-deps``: exactly
     the list), then the rootfs's own ``python3`` compiles them (the image's root is read-only, so bytecode
-    cannot be written when a program first imports them) and imports each kept package (a wheel that needs a
+    cannot be written when a program first imports them; unchecked, because the tarball's clamped mtimes would
+    make timestamped bytecode stale) and imports each kept package (a wheel that needs a
     library the image lacks fails the build, not a program)."""
     machine = platform.machine()
     platforms = " ".join(f"--platform {tag}_{machine}" for tag in ("manylinux_2_28", "manylinux_2_17", "manylinux2014"))
@@ -234,7 +235,8 @@ def _pip_hook() -> str:
         f"{sys.executable} -m pip install --quiet --disable-pip-version-check --no-deps --no-compile "
         f"--only-binary=:all: {platforms} --implementation cp --python-version $v "
         f'--abi cp$(echo $v | tr -d .) --target {_SITE} -r "{RUNTIME_FILE}" && '
-        f'rm -rf {_SITE}/bin && chroot "$1" python3 -m compileall -q /usr/local/lib/python$v/dist-packages && '
+        f'rm -rf {_SITE}/bin && chroot "$1" python3 -m compileall -q --invalidation-mode unchecked-hash '
+        f"/usr/local/lib/python$v/dist-packages && "
         f'chroot "$1" python3 -c "import {", ".join(KEPT)}"'
     )
 

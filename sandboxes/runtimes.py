@@ -25,9 +25,6 @@ options of the backend that runs the programs (:func:`runtime_options`), so each
 
 from __future__ import annotations
 
-import functools
-import json
-import subprocess
 from typing import Any, Literal
 
 from sandboxes.reference_runtime import KEPT
@@ -69,19 +66,3 @@ def runtime_options(runtime: str, backend: str) -> dict[str, Any]:
     if backend == "local":
         return {"max_output_bytes": REFERENCE_OUTPUT_BYTES, "require_modules": REFERENCE_MODULES}
     raise ValueError(f"sandbox backend {backend!r}: expected 'local' or 'docker'")
-
-
-@functools.cache
-def missing_modules(python: str, modules: tuple[str, ...]) -> tuple[str, ...]:
-    """The ``modules`` that ``python`` cannot import (asked once per interpreter and list)."""
-    probe = (
-        "import importlib.util, json, sys\n"
-        "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]))"
-    )
-    try:
-        out = subprocess.run(
-            [python, "-I", "-c", probe, *modules], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise ValueError(f"the interpreter {python} does not run: {exc}") from None
-    return tuple(json.loads(out))

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
 from sandboxes.base import Backend, Sandbox
 
 logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def _warn_missing(python: str, missing: tuple[str, ...]) -> None:
+    """Say once per process which of a runtime's modules ``python`` lacks."""
+    logger.warning(
+        "local sandbox: the interpreter %s cannot import %s, which the programs' runtime has: a program importing "
+        "them fails here (install them, e.g. `pip install -r sandboxes/reference_runtime.txt`, or use the docker "
+        "backend with its image: docs/sandboxes.md)",
+        python,
+        ", ".join(missing),
+    )
 
 
 class LocalBackend(Backend):
@@ -31,8 +44,8 @@ class LocalBackend(Backend):
     name = "local"
 
     def __init__(self, *, max_idle: int | None = None, require_modules: tuple[str, ...] = (), **options: Any) -> None:
+        from sandboxes.local.policy import missing_modules
         from sandboxes.local.sandbox import LocalConfig, choose_isolation, reap_orphan_dirs
-        from sandboxes.runtimes import missing_modules
 
         if max_idle is not None and max_idle < 0:
             raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
@@ -40,13 +53,7 @@ class LocalBackend(Backend):
         self.choice = choose_isolation(self.config)
         self.missing_modules = missing_modules(self.config.python, tuple(require_modules)) if require_modules else ()
         if self.missing_modules:
-            logger.warning(
-                "local sandbox: the interpreter %s cannot import %s, which the programs' runtime has: a program "
-                "importing them fails here (install them, e.g. `pip install -r sandboxes/reference_runtime.txt`, "
-                "or use the docker backend with its image: docs/sandboxes.md)",
-                self.config.python,
-                ", ".join(self.missing_modules),
-            )
+            _warn_missing(self.config.python, self.missing_modules)
         self.max_idle = max_idle
         self._idle: list[Sandbox] = []
         self._all: set[Sandbox] = set()
