@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -232,9 +233,9 @@ def _pip_hook() -> str:
     platforms = " ".join(f"--platform {tag}_{machine}" for tag in ("manylinux_2_28", "manylinux_2_17", "manylinux2014"))
     return (
         'v=$(chroot "$1" python3 -c \'import sys; print("%d.%d" % sys.version_info[:2])\') && '
-        f"{sys.executable} -m pip install --quiet --disable-pip-version-check --no-deps --no-compile "
+        f"{shlex.quote(sys.executable)} -m pip install --quiet --disable-pip-version-check --no-deps --no-compile "
         f"--only-binary=:all: {platforms} --implementation cp --python-version $v "
-        f'--abi cp$(echo $v | tr -d .) --target {_SITE} -r "{RUNTIME_FILE}" && '
+        f"--abi cp$(echo $v | tr -d .) --target {_SITE} -r {shlex.quote(str(RUNTIME_FILE))} && "
         f'rm -rf {_SITE}/bin && chroot "$1" python3 -m compileall -q --invalidation-mode unchecked-hash '
         f"/usr/local/lib/python$v/dist-packages && "
         f'chroot "$1" python3 -c "import {", ".join(KEPT)}"'
