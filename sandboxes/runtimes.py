@@ -12,8 +12,9 @@ options of the backend that runs the programs (:func:`runtime_options`), so each
     :data:`REFERENCE_OUTPUT_BYTES`. code-judge takes any amount of output: it reads both pipes whole
     (``code-judge/app/libs/executors/executor.py`` line 84, ``communicate`` with no bound) and only then cuts each
     to its first 1000 characters (``app/worker_manager.py`` lines 84-86; ``MAX_STDOUT_ERROR_LENGTH``,
-    ``app/config.py`` line 9). A sandbox must bound what it holds, so the cap is finite but far above what a
-    program writes past ``sys.stdout`` (what the echo wrapper does not already cut, :mod:`harness.core.echo_runner`).
+    ``app/config.py`` line 9). A sandbox must bound what it holds, so the cap is finite: above the 6 MB the
+    reference was seen to take, for what a program writes past ``sys.stdout`` (fd 1, a child process), which the
+    echo wrapper does not cut (:mod:`harness.core.echo_runner`).
 
     - docker: the ``reference`` image (:mod:`sandboxes.image`), and the container's memory raised by the two
       larger streams the worker may hold, so a program keeps the same share of it as under ``project``;
