@@ -7,10 +7,13 @@ themselves:
 
 - ``"local"``: :class:`LocalBackend`, child processes on this machine (:mod:`sandboxes.local.sandbox`);
 - ``"docker"``: ``DockerBackend`` of :mod:`sandboxes.docker.pool`, one container per rollout;
-- ``"auto"`` or ``None``: docker when a daemon answers and the sandbox image is
-  present, else local. The choice is logged once, when the backend is made (the
+- ``"auto"`` or ``None``: docker when a daemon answers and the sandbox image (of the
+  runtime asked for) is present, else local. The choice is logged once, when the backend is made (the
   Inspect provider makes one per eval), and :meth:`Backend.describe` returns it
   (backend, isolation) for logs and reports.
+
+``runtime`` (:mod:`sandboxes.runtimes`: ``"project"``, the default, or ``"reference"``) adds the options that
+give the chosen backend's programs that runtime (image, output cap).
 
 The docker module is imported lazily, so that the local backend works on a machine
 without the ``docker`` SDK or daemon.
@@ -23,6 +26,7 @@ from typing import Any
 
 from sandboxes.base import Backend
 from sandboxes.local.pool import LocalBackend
+from sandboxes.runtimes import runtime_image, runtime_options
 
 logger = logging.getLogger(__name__)
 
@@ -49,26 +53,29 @@ def _docker_modules() -> tuple[Any, Any] | None:
     return engine, pool
 
 
-def docker_ready() -> bool:
-    """Whether the docker backend can run here: module importable, daemon answering, image present."""
+def docker_ready(image: str | None = None) -> bool:
+    """Whether the docker backend can run here: module importable, daemon answering, ``image`` (default: the
+    ``project`` image) present."""
     modules = _docker_modules()
     if modules is None:
         return False
     engine, _ = modules
     try:
-        return bool(engine.docker_available() and engine.image_present())
+        return bool(engine.docker_available() and engine.image_present(image))
     except Exception as exc:  # an engine that answers strangely counts as absent
         logger.debug("docker check failed: %s", exc)
         return False
 
 
-def resolve_backend_name(name: str | None) -> str:
-    """``"local"`` or ``"docker"`` for a requested name (``None``/``"auto"`` decided here, quietly)."""
+def resolve_backend_name(name: str | None, runtime: str = "project") -> str:
+    """``"local"`` or ``"docker"`` for a requested name (``None``/``"auto"`` decided here, quietly: docker when
+    the ``runtime``'s image is present)."""
     if name is not None and name not in BACKEND_NAMES:
         raise ValueError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
+    image = runtime_image(runtime)
     if name in ("local", "docker"):
         return name
-    return "docker" if docker_ready() else "local"
+    return "docker" if docker_ready(image) else "local"
 
 
 def _make(chosen: str, options: dict[str, Any]) -> Backend:
@@ -91,8 +98,9 @@ def _make(chosen: str, options: dict[str, Any]) -> Backend:
     return backend
 
 
-def get_backend(name: str | None = None, **options: Any) -> Backend:
-    """A backend by name: ``"local"``, ``"docker"``, or ``"auto"``/``None`` (docker when ready, else local).
+def get_backend(name: str | None = None, *, runtime: str = "project", **options: Any) -> Backend:
+    """A backend by name: ``"local"``, ``"docker"``, or ``"auto"``/``None`` (docker when ready, else local), whose
+    programs meet ``runtime`` (:func:`sandboxes.runtimes.runtime_options`; an option given here wins).
 
     ``options`` go to the backend's constructor (for local: ``max_idle`` and the
     fields of :class:`~sandboxes.local.policy.LocalConfig`; for docker: those of
@@ -102,8 +110,8 @@ def get_backend(name: str | None = None, **options: Any) -> Backend:
     Raises:
         IsolationUnavailable: the local backend was chosen and cannot isolate programs here.
     """
-    chosen = resolve_backend_name(name)
-    backend = _make(chosen, options)
+    chosen = resolve_backend_name(name, runtime)
+    backend = _make(chosen, {**runtime_options(runtime, chosen), **options})
     if name in (None, "auto"):
         if chosen == "local":
             logger.warning(
@@ -118,9 +126,12 @@ def get_backend(name: str | None = None, **options: Any) -> Backend:
     return backend
 
 
-def describe_choice(name: str | None = None, **options: Any) -> dict[str, Any]:
-    """What :func:`get_backend` would choose, without a log line: ``requested``, ``backend``, ``isolation``, ..."""
-    return {"requested": name or "auto", **_make(resolve_backend_name(name), options).describe()}
+def describe_choice(name: str | None = None, *, runtime: str = "project", **options: Any) -> dict[str, Any]:
+    """What :func:`get_backend` would choose, without a log line: ``requested``, ``backend``, ``isolation``, ...
+    (and ``runtime`` when it is not ``project``)."""
+    chosen = resolve_backend_name(name, runtime)
+    described = _make(chosen, {**runtime_options(runtime, chosen), **options}).describe()
+    return {"requested": name or "auto", **described, **({"runtime": runtime} if runtime != "project" else {})}
 
 
 def _isolation_text(described: dict[str, Any]) -> str:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # CI setup of the Docker sandbox: install an engine and what the offline image build needs (nothing else:
 # the local backend's bwrap comes from pip, and CI must not install what a newcomer would not have),
-# start the daemon without any network of its own, and build (or reuse) the sandbox image.
+# start the daemon without any network of its own, and build (or reuse) the sandbox images: `project` and
+# `reference` (the reference's runtime packages, pip-installed from PyPI into its root filesystem).
 #
-#   sandboxes/ci_docker.sh          # install (if needed), start dockerd (if none answers), build the image
-#   sandboxes/ci_docker.sh prepare  # only what needs no engine: install, and write the image's root filesystem
-#                                   # (CI runs it beside its first stage; the next setup imports it)
+#   sandboxes/ci_docker.sh          # install (if needed), start dockerd (if none answers), build the images
+#   sandboxes/ci_docker.sh prepare  # only what needs no engine: install, and write the images' root filesystems
+#                                   # (CI runs it beside its first stage; the next setup imports them)
 #   sandboxes/ci_docker.sh stop     # stop the daemon this script started (and remove sandbox containers)
 #
 # Environment:
@@ -78,29 +79,35 @@ start() {
   log "dockerd answers after ${waited} s"
 }
 
-# The root filesystem of the current recipe: named by its tag, so a tarball of another recipe is never imported.
-rootfs() { echo "$STATE_DIR/rootfs-$("$PYTHON" -m sandboxes.image tag | tr ':/' '--').tar"; }
+VARIANTS="project reference"
+# The root filesystem of a variant's current recipe: named by its tag, so a tarball of another recipe is never
+# imported.
+rootfs() { echo "$STATE_DIR/rootfs-$("$PYTHON" -m sandboxes.image tag --variant "$1" | tr ':/' '--').tar"; }
 
 case "${1:-setup}" in
   stop) stop ;;
   prepare)
     install
     mkdir -p "$STATE_DIR"
-    tarball="$(rootfs)"
-    log "writing the sandbox image's root filesystem to $tarball"
-    $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image rootfs "$tarball"
+    for variant in $VARIANTS; do
+      tarball="$(rootfs "$variant")"
+      log "writing the $variant sandbox image's root filesystem to $tarball"
+      $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image rootfs --variant "$variant" "$tarball"
+    done
     ;;
   setup)
     install
     start
-    log "building the sandbox image (reused when its content hash is present)"
-    tarball="$(rootfs)"
-    if [ -f "$tarball" ]; then  # prepared: import it, then it is not needed any more
-      $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image build --tarball "$tarball"
-      rm -f "$tarball"
-    else
-      $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image build
-    fi
+    for variant in $VARIANTS; do
+      log "building the $variant sandbox image (reused when its content hash is present)"
+      tarball="$(rootfs "$variant")"
+      if [ -f "$tarball" ]; then  # prepared: import it, then it is not needed any more
+        $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image build --variant "$variant" --tarball "$tarball"
+        rm -f "$tarball"
+      else
+        $SUDO env "PATH=$PATH" "$PYTHON" -m sandboxes.image build --variant "$variant"
+      fi
+    done
     ;;
   *) echo "usage: $0 [setup|prepare|stop]" >&2; exit 2 ;;
 esac

@@ -70,6 +70,8 @@ class CleanerSandboxConfig(BaseModel, frozen=True):
     backend: Literal["auto", "local", "docker"] = "auto"
     timeout: float = Field(default=30.0, gt=0)  #: seconds for an ``exec`` called without a timeout
     prewarm: int = Field(default=1, ge=0)  #: sandboxes made at task start
+    #: the programs' runtime (:mod:`sandboxes.runtimes`), the tool environment's
+    runtime: Literal["project", "reference"] = "project"
     options: dict[str, Any] = Field(default_factory=dict)  #: backend options (LocalConfig / DockerBackend)
 
     def __hash__(self) -> int:  # Inspect keeps sandbox specs in sets; the options dict is not hashable
@@ -104,7 +106,7 @@ def sandbox_metadata(config: SandboxEnvironmentConfigType | None) -> dict[str, A
     backend could not isolate programs here.
     """
     cfg = _config(config)
-    return describe_choice(cfg.backend, **cfg.options)
+    return describe_choice(cfg.backend, runtime=cfg.runtime, **cfg.options)
 
 
 #: The bounds of the docker pools that tasks built in this process will use (see :func:`expect_sandboxes`).
@@ -164,7 +166,7 @@ class CleanerSandboxEnvironment(SandboxEnvironment):
     def _backend(cls, config: CleanerSandboxConfig) -> Backend:
         key = _key(config)
         if key not in cls._backends:
-            cls._backends[key] = get_backend(config.backend, **config.options)
+            cls._backends[key] = get_backend(config.backend, runtime=config.runtime, **config.options)
         return cls._backends[key]
 
     @classmethod

@@ -220,7 +220,7 @@ def test_resume_samples_a_step_that_ended_on_sandbox_faults_anew_and_stops_when_
     out = tmp_path / "runs"
 
     def backend(healthy: int) -> None:
-        monkeypatch.setattr(trainer, "get_backend", lambda name: _FailingBackend(healthy))
+        monkeypatch.setattr(trainer, "get_backend", lambda name, runtime: _FailingBackend(healthy))
 
     backend(healthy=2)  # step 1's two rollouts, then every lease fails
     with pytest.raises(SandboxError, match="not scored"):

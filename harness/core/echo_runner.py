@@ -36,7 +36,7 @@ imports do, as in a fresh interpreter.
 Not reproduced: the ``input`` argument a call may carry as stdin (the schema has no such argument), the
 wrapper's own names ``CodeExecutionError`` and ``PersistentExecutor`` in the namespace, and output written
 around ``sys.stdout`` (to ``sys.__stdout__``, file descriptor 1, or by a child process), which the sandbox's
-output cap still bounds.
+output cap still bounds (16 MiB per stream under the ``reference`` runtime, :mod:`sandboxes.runtimes`).
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from sandboxes.runtimes import Runtime
+
 Parse = Literal["strict", "repair"]
 Execution = Literal["plain", "echo"]
 Framing = Literal["project", "reference"]
@@ -72,6 +74,9 @@ class ToolEnv:
     #: "generated": the budget counts generated tokens kept; "response": every response token
     #: (tool output included), and each generation may take only what is left
     budget: Budget
+    #: the programs' runtime (:mod:`sandboxes.runtimes`): the Python packages they can import (the docker image)
+    #: and how much output a stream may hold; every sandbox backend of a rollout path is made with it
+    runtime: Runtime
 
     def schema(self) -> dict[str, Any]:
         """The tool as chat templates and OpenAI-compatible servers take it."""
@@ -119,6 +124,7 @@ PROJECT = ToolEnv(
     turn_end="",
     regeneration_is_turn=False,
     budget="generated",
+    runtime="project",
 )
 
 REFERENCE = ToolEnv(
@@ -138,6 +144,7 @@ REFERENCE = ToolEnv(
     turn_end="<|im_end|>",  # Qwen3's end of turn (ChatML), the reference's models'
     regeneration_is_turn=True,
     budget="response",
+    runtime="reference",
 )
 
 #: The profiles by name (``-T tool_env=...``, a recipe's ``tool_env``).

@@ -141,13 +141,15 @@ def to_samples(problems: Sequence[Problem]) -> MemoryDataset:
     return MemoryDataset(samples)
 
 
-def sandbox_spec(backend: str, concurrency: Concurrency | None = None) -> SandboxEnvironmentSpec:
-    """The Inspect sandbox spec for ``-T sandbox=docker|local|auto`` (the project's ``cleaner`` provider), its pool
-    sized to ``concurrency`` when given (for ``auto``, to the backend it resolves to now)."""
+def sandbox_spec(backend: str, runtime: str, concurrency: Concurrency | None = None) -> SandboxEnvironmentSpec:
+    """The Inspect sandbox spec for ``-T sandbox=docker|local|auto`` (the project's ``cleaner`` provider), its programs
+    meeting ``runtime`` (the tool environment's), its pool sized to ``concurrency`` when given (for ``auto``, to the
+    backend it resolves to now)."""
     if backend not in ("auto", "local", "docker"):
         raise ValueError(f"-T sandbox={backend!r}: choose 'auto', 'local' or 'docker'")
-    options = concurrency.sandbox_options(resolve_backend_name(backend)) if concurrency else {}
-    return SandboxEnvironmentSpec("cleaner", CleanerSandboxConfig(backend=backend, options=options))  # type: ignore[arg-type]
+    options = concurrency.sandbox_options(resolve_backend_name(backend, runtime)) if concurrency else {}
+    config = CleanerSandboxConfig(backend=backend, options=options, runtime=runtime)  # type: ignore[arg-type]
+    return SandboxEnvironmentSpec("cleaner", config)
 
 
 def problem_kind(problems: Sequence[Problem]) -> Kind:
@@ -214,7 +216,7 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     templates.require([kind])
     protocol = options.protocol(kind)
     concurrency = preset_concurrency(options.preset, len(problems) * protocol.epochs)
-    sandbox = sandbox_spec(options.sandbox, concurrency)
+    sandbox = sandbox_spec(options.sandbox, protocol.env.runtime, concurrency)
     where = sandbox_metadata(sandbox.config)
     expect_sandboxes(where)  # a docker pool's bound becomes Inspect's limit on sandboxes at once
     config = generate_config(protocol)

@@ -92,12 +92,12 @@ class DockerBackend(Backend):
                 from sandboxes.image import image_tag
 
                 self.config = replace(self.config, image=image_tag())
-            from sandboxes.image import image_exists
+            from sandboxes.image import build_command, image_exists
 
             if not await asyncio.to_thread(image_exists, self.config.image):
                 raise RuntimeError(
                     f"the sandbox image {self.config.image} is not present: build it with "
-                    "`python -m sandboxes.image build`"
+                    f"`{build_command(self.config.image)}`"
                 )
         return self._client
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import logging
 import os
 import platform
@@ -178,6 +179,22 @@ def prlimit_argv(config: LocalConfig, cpu_seconds: int, nproc: int) -> list[str]
         for which, (soft, hard) in rlimits(config, cpu_seconds, nproc).items()
     ]
     return [prlimit, *flags, "--", nice, "-n", str(PROGRAM_NICE), *no_aslr_argv()]
+
+
+@functools.cache
+def missing_modules(python: str, modules: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``modules`` that ``python`` cannot import (asked once per interpreter and list)."""
+    probe = (
+        "import importlib.util, json, sys\n"
+        "print(json.dumps([m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]))"
+    )
+    try:
+        out = subprocess.run(
+            [python, "-I", "-c", probe, *modules], capture_output=True, text=True, timeout=60, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ValueError(f"the interpreter {python} does not run: {exc}") from None
+    return tuple(json.loads(out))
 
 
 # --------------------------------------------------------------------------- which isolation runs here

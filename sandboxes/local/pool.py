@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
 from sandboxes.base import Backend, Sandbox
 
 logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def _warn_missing(python: str, missing: tuple[str, ...]) -> None:
+    """Say once per process which of a runtime's modules ``python`` lacks."""
+    logger.warning(
+        "local sandbox: the interpreter %s cannot import %s, which the programs' runtime has: a program importing "
+        "them fails here (install them, e.g. `pip install -r sandboxes/reference_runtime.txt`, or use the docker "
+        "backend with its image: docs/sandboxes.md)",
+        python,
+        ", ".join(missing),
+    )
 
 
 class LocalBackend(Backend):
@@ -20,7 +33,9 @@ class LocalBackend(Backend):
     sandboxes instead of making new ones; an idle sandbox holds a directory and a reserved uid, no process.
     A new backend removes the sandbox directories of dead processes (SIGKILL runs no clean-up;
     :func:`~sandboxes.local.sandbox.reap_orphan_dirs`). Options are those of
-    :class:`~sandboxes.local.policy.LocalConfig`.
+    :class:`~sandboxes.local.policy.LocalConfig`. ``require_modules`` are modules the programs' runtime should
+    have (:mod:`sandboxes.runtimes`): those the interpreter cannot import are named in a warning when the backend
+    is made and in :meth:`describe` (``missing_modules``), which every eval log records.
 
     Raises:
         IsolationUnavailable: programs could not be isolated here (decided now, not at the first acquire).
@@ -28,13 +43,17 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, *, max_idle: int | None = None, **options: Any) -> None:
+    def __init__(self, *, max_idle: int | None = None, require_modules: tuple[str, ...] = (), **options: Any) -> None:
+        from sandboxes.local.policy import missing_modules
         from sandboxes.local.sandbox import LocalConfig, choose_isolation, reap_orphan_dirs
 
         if max_idle is not None and max_idle < 0:
             raise ValueError(f"max_idle must be >= 0, not {max_idle!r}")
         self.config = LocalConfig(**options)  # validates the options now, not at the first acquire
         self.choice = choose_isolation(self.config)
+        self.missing_modules = missing_modules(self.config.python, tuple(require_modules)) if require_modules else ()
+        if self.missing_modules:
+            _warn_missing(self.config.python, self.missing_modules)
         self.max_idle = max_idle
         self._idle: list[Sandbox] = []
         self._all: set[Sandbox] = set()
@@ -93,4 +112,5 @@ class LocalBackend(Backend):
             await sandbox.close()
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": "local", **self.choice.to_dict()}
+        missing = {"missing_modules": list(self.missing_modules)} if self.missing_modules else {}
+        return {"backend": "local", **self.choice.to_dict(), **missing}

@@ -33,11 +33,12 @@ def get_render() -> Any:
     return render
 
 
-def get_backend(name: str | None = None) -> Any:
+def get_backend(name: str | None, *, runtime: str) -> Any:
+    """The sandbox backend ``name`` whose programs meet ``runtime`` (the tool environment's, ``ToolEnv.runtime``)."""
     if _has("sandboxes.backends"):
         from sandboxes.backends import get_backend as shared  # noqa: PLC0415
 
-        return shared(name)
+        return shared(name, runtime=runtime)
     raise RuntimeError("sandboxes.backends is not available: no sandbox backend to run tool calls in")
 
 

@@ -29,7 +29,7 @@ from trainers.cpu.trainer import load_model_f32, load_train_items
 async def _arm(
     model, tok, items, cfg: CpuConfig, rcfg: RolloutConfig, judge: ExecutorConfig, steps: int, sandbox: str
 ) -> list[dict]:
-    backend = get_backend(sandbox)
+    backend = get_backend(sandbox, runtime=rcfg.tool_env.runtime)
     sampler = PolicySampler(model, tok, cfg, max_batch=cfg.prompts_per_step * cfg.num_generations)
     rows = []
     try:

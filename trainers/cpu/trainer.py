@@ -156,7 +156,7 @@ class CpuTrainer:
         os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.trainer = self._grpo_trainer()
-        self.backend = get_backend(self.recipe.executor.sandbox or "local")
+        self.backend = get_backend(self.recipe.executor.sandbox or "local", runtime=self.recipe.executor.env.runtime)
         self.loop = asyncio.new_event_loop()
         engine, why = rollout_engine(self.cfg.engine)
         if engine != "vllm" and self.cfg.is_correction != "off":

@@ -163,7 +163,7 @@ class AgentExecutor(AgentExecutorBase):
     def _sandbox(self) -> Sandbox:
         """This rollout's sandbox: program runs leased from the engine's bounded pool."""
         if self._backend is None:
-            self._backend = get_backend(self.config.sandbox)
+            self._backend = get_backend(self.config.sandbox, runtime=self.config.env.runtime)
         if self._slots is None:  # made inside the engine's event loop
             self._slots = asyncio.Semaphore(self.config.sandbox_pool)
         return _LeasedSandbox(self._backend, self._slots)
