@@ -7,6 +7,7 @@ in each table) and running its tool path on these inputs; the program runs here 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import random
@@ -18,6 +19,7 @@ from harness.core.messages import Generation, Message, user
 from harness.core.rollout import RolloutConfig, Trajectory, rollout
 from harness.core.saar import SaarConfig
 from harness.core.toolenv import PROJECT, REFERENCE, ToolEnv, get_tool_env
+from sandboxes.base import ExecResult, Sandbox
 
 
 def call(code: str, name: str, reasoning: str = "") -> str:
@@ -405,3 +407,44 @@ def test_qwen_tool_result_tokens_are_the_references_frame(qwen3_tokenizer_dir: s
     content = "Tool call success\nstdout: 2\n"
     frame = f"<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     assert tool_result_tokens(tok, content) == len(tok(frame, add_special_tokens=False)["input_ids"])
+
+
+# ---------------------------------------------------------------------------- code-judge's reason for a slow failure
+
+
+class SlowClock(Sandbox):
+    """The local sandbox, with a run's duration reported as ``seconds`` (the one stand-in: no real program can be
+    made to fail at a chosen time after its interpreter starts and before its alarm on a loaded machine)."""
+
+    def __init__(self, inner: Sandbox, seconds: float) -> None:
+        self.inner, self.seconds = inner, seconds
+
+    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
+        result = await self.inner.run_python(code, timeout=timeout, stdin=stdin, files=files)
+        return dataclasses.replace(result, duration=self.seconds)
+
+
+# code-judge (Open-CLEANER 91e40ad) gives `worker_timeout` twice: app/worker_manager.py lines 88-89 to a run its
+# alarm ended (TIMEOUT_EXIT_CODE), and app/judge.py lines 27-28 to any run that did not succeed and whose cost is
+# MAX_EXECUTION_TIME (4 s, the reference's README lines 108-109) or more; a success keeps an empty reason (it
+# has none: recipe/cleaner/code_judge_utils.py lines 143-162).
+LATE_ERROR = "stderr: ZeroDivisionError: division by zero\n"
+SLOW_FAILURES = [
+    (3.9, 'print("a")\n1/0', "Tool call failure\nreason: \n" + LATE_ERROR),
+    (4.0, 'print("a")\n1/0', "Tool call failure\nreason: worker_timeout\n" + LATE_ERROR),
+    (4.6, "import sys\nsys.exit(2)", "Tool call failure\nreason: worker_timeout"),
+    (4.6, "print(7)", "Tool call success\nstdout: 7\n"),
+]
+
+
+@pytest.mark.parametrize(("seconds", "code", "expected"), SLOW_FAILURES)
+async def test_reference_failure_that_ran_4_s_is_a_worker_timeout(seconds, code, expected, local_sandbox) -> None:
+    seen = await first_result(REFERENCE, call(code, "code_interpreter"), SlowClock(local_sandbox, seconds))
+    assert seen == expected
+
+
+async def test_project_results_do_not_depend_on_how_long_a_run_took(local_sandbox) -> None:
+    turn = call("1/0", "python")
+    fast = await first_result(PROJECT, turn, local_sandbox)
+    assert fast is not None and fast.startswith("Error:\n")
+    assert await first_result(PROJECT, turn, SlowClock(local_sandbox, 9.9)) == fast
