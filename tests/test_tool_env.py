@@ -7,6 +7,7 @@ in each table) and running its tool path on these inputs; the program runs here 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import json
@@ -14,7 +15,7 @@ import random
 
 import pytest
 
-from harness.core import protocol
+from harness.core import chat, protocol
 from harness.core.messages import Generation, Message, user
 from harness.core.rollout import RolloutConfig, Trajectory, rollout
 from harness.core.saar import SaarConfig
@@ -448,3 +449,47 @@ async def test_project_results_do_not_depend_on_how_long_a_run_took(local_sandbo
     fast = await first_result(PROJECT, turn, local_sandbox)
     assert fast is not None and fast.startswith("Error:\n")
     assert await first_result(PROJECT, turn, SlowClock(local_sandbox, 9.9)) == fast
+
+
+# ---------------------------------------------------------------------------- the model's end of turn
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from trainers.core._compat import load_tokenizer
+
+    return load_tokenizer()
+
+
+def test_the_end_of_turn_is_read_from_each_shipped_template(smollm2) -> None:
+    from qwen_artifacts import qwen_tokenizer
+
+    for tok in (smollm2, qwen_tokenizer("qwen2.5"), qwen_tokenizer("qwen3")):
+        assert chat.end_of_turn(tok) == "<|im_end|>"
+        assert chat.tool_env_for(tok, REFERENCE).turn_end == "<|im_end|>"
+
+
+def test_the_reference_span_ends_with_the_models_own_end_of_turn(smollm2) -> None:
+    """A template that ends an assistant turn with another special token: the span SAAR compares ends with that
+    token (the reference decodes the turn's own last token: tool_agent_loop.py lines 1040-1114)."""
+    tok = copy.deepcopy(smollm2)
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    env = chat.tool_env_for(tok, REFERENCE)
+    turn = call("print(1)", "code_interpreter", "Check.\n")
+    parsed = env.read_turn(turn, call_id="call_0")
+    assert parsed.call is not None and parsed.call.raw == turn[turn.index("<tool_call>") :] + "<|endoftext|>"
+    assert env.to_dict() == {**REFERENCE.to_dict(), "turn_end": "<|endoftext|>"}
+    assert chat.tool_env_for(tok, PROJECT) is PROJECT  # the project's span ends with the call: no token needed
+
+
+def test_a_template_whose_end_of_turn_cannot_be_known_is_refused(smollm2) -> None:
+    tok = copy.deepcopy(smollm2)
+    tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n\n{% endfor %}"
+    with pytest.raises(ValueError, match=r"chat template ends an assistant turn with '\\n\\n', not a special token"):
+        chat.tool_env_for(tok, REFERENCE)
+    tok.chat_template = None
+    with pytest.raises(ValueError, match="has no chat template"):
+        chat.tool_env_for(tok, REFERENCE)
