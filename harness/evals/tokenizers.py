@@ -12,6 +12,10 @@ providers do not tokenize, so the tokenizer is found here, once per process and 
 
 A task checks it when it is built (:func:`check_tokenizer`), so that a model without one fails the eval
 before its first sample, not every sample after a search of the hub.
+
+The same tokenizer gives the model's end-of-turn token, which the ``reference`` call span ends with
+(:func:`harness.core.chat.tool_env_for`). Without a response budget only a tokenizer at hand is used for that
+(:func:`known_tokenizer`: ``-T tokenizer`` or the embedded provider's); none is searched for.
 """
 
 from __future__ import annotations
