@@ -493,3 +493,60 @@ def test_a_template_whose_end_of_turn_cannot_be_known_is_refused(smollm2) -> Non
     tok.chat_template = None
     with pytest.raises(ValueError, match="has no chat template"):
         chat.tool_env_for(tok, REFERENCE)
+
+
+def test_the_inspect_eval_takes_the_end_of_turn_from_the_tokenizer_it_is_given(tmp_path, qwen3_tokenizer_dir) -> None:
+    """The Inspect path binds the profile to ``-T tokenizer`` as the trainers bind it to theirs: a template ending
+    assistant turns with ``<|endoftext|>`` moves the similarity of aime24's shallow repair to that span's."""
+    import os
+    import re
+    from pathlib import Path
+
+    import yaml
+    from inspect_ai import eval as inspect_eval
+    from transformers import AutoTokenizer
+
+    root = Path(__file__).resolve().parents[1]
+    tok = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir)
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    tok.save_pretrained(tmp_path / "tokenizer")
+    text = (
+        (root / "harness/data/replay/aime24.yaml").read_text().replace('"name": "python"', '"name": "code_interpreter"')
+    )
+    text = text.replace("import sympy\\nprint(sympy.divisor_count(2**4 * 3**4)", "print(len(range(25))")
+    script = tmp_path / "aime24.yaml"
+    script.write_text(text)
+    failed, repaired = yaml.safe_load(text)["samples"][0]["turns"][:2]
+    span = lambda turn, end: turn[turn.index("<tool_call>") :] + end  # noqa: E731
+    expected = difflib.SequenceMatcher(None, span(failed, "<|endoftext|>"), span(repaired, "<|endoftext|>")).ratio()
+    qwens = difflib.SequenceMatcher(None, span(failed, "<|im_end|>"), span(repaired, "<|im_end|>")).ratio()
+    assert expected != qwens
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        [log] = inspect_eval(
+            "tasks/aime24.py",
+            model=f"replay/{script}",
+            task_args={
+                "preset": "cleaner-paper",
+                "data": "fixture",
+                "epochs": 1,
+                "sandbox": "local",
+                "tokenizer": str(tmp_path / "tokenizer"),
+            },
+            limit=1,
+            log_dir=str(tmp_path / "logs"),
+            display="none",
+        )
+    finally:
+        os.chdir(cwd)
+    assert log.status == "success" and log.samples
+    sample = log.samples[0]
+    assert re.search(
+        r"positive divisors of \$2\^4", sample.input if isinstance(sample.input, str) else str(sample.input)
+    )
+    [event] = sample.metadata["trajectory"]["saar_events"]
+    assert event["action"] == "shallow" and event["similarity"] == pytest.approx(expected)
