@@ -7,17 +7,20 @@ in each table) and running its tool path on these inputs; the program runs here 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
 import json
 import random
 
 import pytest
 
-from harness.core import protocol
+from harness.core import chat, protocol
 from harness.core.messages import Generation, Message, user
 from harness.core.rollout import RolloutConfig, Trajectory, rollout
 from harness.core.saar import SaarConfig
 from harness.core.toolenv import PROJECT, REFERENCE, ToolEnv, get_tool_env
+from sandboxes.base import ExecResult, Sandbox
 
 
 def call(code: str, name: str, reasoning: str = "") -> str:
@@ -405,3 +408,145 @@ def test_qwen_tool_result_tokens_are_the_references_frame(qwen3_tokenizer_dir: s
     content = "Tool call success\nstdout: 2\n"
     frame = f"<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     assert tool_result_tokens(tok, content) == len(tok(frame, add_special_tokens=False)["input_ids"])
+
+
+# ---------------------------------------------------------------------------- code-judge's reason for a slow failure
+
+
+class SlowClock(Sandbox):
+    """The local sandbox, with a run's duration reported as ``seconds`` (the one stand-in: no real program can be
+    made to fail at a chosen time after its interpreter starts and before its alarm on a loaded machine)."""
+
+    def __init__(self, inner: Sandbox, seconds: float) -> None:
+        self.inner, self.seconds = inner, seconds
+
+    async def run_python(self, code, *, timeout=10.0, stdin=b"", files=None) -> ExecResult:
+        result = await self.inner.run_python(code, timeout=timeout, stdin=stdin, files=files)
+        return dataclasses.replace(result, duration=self.seconds)
+
+
+# code-judge (Open-CLEANER 91e40ad) gives `worker_timeout` twice: app/worker_manager.py lines 88-89 to a run its
+# alarm ended (TIMEOUT_EXIT_CODE), and app/judge.py lines 27-28 to any run that did not succeed and whose cost is
+# MAX_EXECUTION_TIME (4 s, the reference's README lines 108-109) or more; a success keeps an empty reason (it
+# has none: recipe/cleaner/code_judge_utils.py lines 143-162).
+LATE_ERROR = "stderr: ZeroDivisionError: division by zero\n"
+SLOW_FAILURES = [
+    (3.9, 'print("a")\n1/0', "Tool call failure\nreason: \n" + LATE_ERROR),
+    (4.0, 'print("a")\n1/0', "Tool call failure\nreason: worker_timeout\n" + LATE_ERROR),
+    (4.6, "import sys\nsys.exit(2)", "Tool call failure\nreason: worker_timeout"),
+    (4.6, "print(7)", "Tool call success\nstdout: 7\n"),
+]
+
+
+@pytest.mark.parametrize(("seconds", "code", "expected"), SLOW_FAILURES)
+async def test_reference_failure_that_ran_4_s_is_a_worker_timeout(seconds, code, expected, local_sandbox) -> None:
+    seen = await first_result(REFERENCE, call(code, "code_interpreter"), SlowClock(local_sandbox, seconds))
+    assert seen == expected
+
+
+async def test_project_results_do_not_depend_on_how_long_a_run_took(local_sandbox) -> None:
+    turn = call("1/0", "python")
+    fast = await first_result(PROJECT, turn, local_sandbox)
+    assert fast is not None and fast.startswith("Error:\n")
+    assert await first_result(PROJECT, turn, SlowClock(local_sandbox, 9.9)) == fast
+
+
+# ---------------------------------------------------------------------------- the model's end of turn
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from trainers.core._compat import load_tokenizer
+
+    return load_tokenizer()
+
+
+def test_the_end_of_turn_is_read_from_each_shipped_template(smollm2) -> None:
+    from qwen_artifacts import qwen_tokenizer
+
+    for tok in (smollm2, qwen_tokenizer("qwen2.5"), qwen_tokenizer("qwen3")):
+        assert chat.end_of_turn(tok) == "<|im_end|>"
+        assert chat.tool_env_for(tok, REFERENCE).turn_end == "<|im_end|>"
+
+
+def test_the_reference_span_ends_with_the_models_own_end_of_turn(smollm2) -> None:
+    """A template that ends an assistant turn with another special token: the span SAAR compares ends with that
+    token (the reference decodes the turn's own last token: tool_agent_loop.py lines 1040-1114)."""
+    tok = copy.deepcopy(smollm2)
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    env = chat.tool_env_for(tok, REFERENCE)
+    turn = call("print(1)", "code_interpreter", "Check.\n")
+    parsed = env.read_turn(turn, call_id="call_0")
+    assert parsed.call is not None and parsed.call.raw == turn[turn.index("<tool_call>") :] + "<|endoftext|>"
+    assert env.to_dict() == {**REFERENCE.to_dict(), "turn_end": "<|endoftext|>"}
+    assert chat.tool_env_for(tok, PROJECT) is PROJECT  # the project's span ends with the call: no token needed
+
+
+def test_a_template_whose_end_of_turn_cannot_be_known_is_refused(smollm2) -> None:
+    tok = copy.deepcopy(smollm2)
+    tok.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n\n{% endfor %}"
+    with pytest.raises(ValueError, match=r"chat template ends an assistant turn with '\\n\\n', not a special token"):
+        chat.tool_env_for(tok, REFERENCE)
+    tok.chat_template = None
+    with pytest.raises(ValueError, match="has no chat template"):
+        chat.tool_env_for(tok, REFERENCE)
+
+
+def test_the_inspect_eval_takes_the_end_of_turn_from_the_tokenizer_it_is_given(tmp_path, qwen3_tokenizer_dir) -> None:
+    """The Inspect path binds the profile to ``-T tokenizer`` as the trainers bind it to theirs: a template ending
+    assistant turns with ``<|endoftext|>`` moves the similarity of aime24's shallow repair to that span's."""
+    import os
+    import re
+    from pathlib import Path
+
+    import yaml
+    from inspect_ai import eval as inspect_eval
+    from transformers import AutoTokenizer
+
+    root = Path(__file__).resolve().parents[1]
+    tok = AutoTokenizer.from_pretrained(qwen3_tokenizer_dir)
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    tok.save_pretrained(tmp_path / "tokenizer")
+    text = (
+        (root / "harness/data/replay/aime24.yaml").read_text().replace('"name": "python"', '"name": "code_interpreter"')
+    )
+    text = text.replace("import sympy\\nprint(sympy.divisor_count(2**4 * 3**4)", "print(len(range(25))")
+    script = tmp_path / "aime24.yaml"
+    script.write_text(text)
+    failed, repaired = yaml.safe_load(text)["samples"][0]["turns"][:2]
+    span = lambda turn, end: turn[turn.index("<tool_call>") :] + end  # noqa: E731
+    expected = difflib.SequenceMatcher(None, span(failed, "<|endoftext|>"), span(repaired, "<|endoftext|>")).ratio()
+    qwens = difflib.SequenceMatcher(None, span(failed, "<|im_end|>"), span(repaired, "<|im_end|>")).ratio()
+    assert expected != qwens
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        [log] = inspect_eval(
+            "tasks/aime24.py",
+            model=f"replay/{script}",
+            task_args={
+                "preset": "cleaner-paper",
+                "data": "fixture",
+                "epochs": 1,
+                "sandbox": "local",
+                "tokenizer": str(tmp_path / "tokenizer"),
+            },
+            limit=1,
+            log_dir=str(tmp_path / "logs"),
+            display="none",
+        )
+    finally:
+        os.chdir(cwd)
+    assert log.status == "success" and log.samples
+    sample = log.samples[0]
+    assert re.search(
+        r"positive divisors of \$2\^4", sample.input if isinstance(sample.input, str) else str(sample.input)
+    )
+    [event] = sample.metadata["trajectory"]["saar_events"]
+    assert event["action"] == "shallow" and event["similarity"] == pytest.approx(expected)

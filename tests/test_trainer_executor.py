@@ -303,3 +303,28 @@ async def test_fractional_saar_probability_draws_per_trajectory(tokenizer):
         assert traj.failures_kept == (0 if traj.saar_on else 1)
         assert [e.action for e in traj.events] == (["shallow"] if traj.saar_on else [])
     assert 0 < sum(draws) < len(draws), draws
+
+
+async def test_the_reference_span_ends_with_the_trainers_tokenizers_end_of_turn(tokenizer):
+    """Under ``reference`` the executor compares a failed and a regenerated call to the end of their turns, with the
+    end-of-turn token of the model it trains (Open-CLEANER 91e40ad, tool_agent_loop.py lines 1040-1114), here a
+    template that ends assistant turns with ``<|endoftext|>``."""
+    import copy
+    import difflib
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|endoftext|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    tok.eos_token = "<|endoftext|>"
+    first, regen = (serialize_call(code, "code_interpreter") for code in (BROKEN, FIXED))
+    texts = ["I will multiply with the tool.\n" + first, "Closing the parenthesis.\n" + regen, FINAL]
+    cfg = ExecutorConfig(saar=SaarConfig(enabled=True, similarity="call"), tool_env="reference", seed=0)
+    item = _item()
+    _, traj = await AgentExecutor(cfg, backend=_Backend()).run(
+        item.prompt, item.label(), _params(), 4096, tok, ScriptedEngine(tok, texts)
+    )
+    expected = difflib.SequenceMatcher(None, first + "<|endoftext|>", regen + "<|endoftext|>").ratio()
+    assert [(e.action, e.similarity) for e in traj.events] == [("shallow", pytest.approx(expected))]
+    assert expected != difflib.SequenceMatcher(None, first + "<|im_end|>", regen + "<|im_end|>").ratio()

@@ -157,6 +157,38 @@ def tool_result_tokens(tokenizer: PreTrainedTokenizerBase, content: str) -> int:
     return tool_result_counter(tokenizer)(content)
 
 
+#: An assistant turn's text for :func:`end_of_turn` to find in a rendered template.
+_TURN_PROBE = "Turn-end probe 7f3a."
+
+
+def end_of_turn(tokenizer: PreTrainedTokenizerBase) -> str:
+    """The text of the token the model's chat template ends an assistant turn with (Qwen's and SmolLM2's
+    ``<|im_end|>``): the first token after an assistant turn's content, which must be a special token.
+
+    A ValueError names the tokenizer when its template has none there (or no chat template at all).
+    """
+    name = getattr(tokenizer, "name_or_path", type(tokenizer).__name__)
+    turns = [Message("user", "?"), Message("assistant", _TURN_PROBE)]
+    text = render(tokenizer, turns, env=None, add_generation_prompt=False, tools=False)
+    at = text.rfind(_TURN_PROBE)
+    after = text[at + len(_TURN_PROBE) :] if at >= 0 else ""
+    ids = list(tokenizer(after, add_special_tokens=False)["input_ids"]) if after else []
+    token = tokenizer.convert_ids_to_tokens(ids[0]) if ids else None
+    special = set(tokenizer.all_special_tokens) | {t.content for t in tokenizer.added_tokens_decoder.values()}
+    if token is None or token not in special:
+        raise ValueError(
+            f"tokenizer {name!r}: its chat template ends an assistant turn with {after[:40]!r}, not a special "
+            "token, so the token that ends the model's turns is not known"
+        )
+    return token
+
+
+def tool_env_for(tokenizer: PreTrainedTokenizerBase, env: ToolEnv) -> ToolEnv:
+    """``env`` for the model of ``tokenizer``: a profile whose call span runs to the end of the turn (``reference``)
+    takes the model's end-of-turn token (:func:`end_of_turn`); any other is returned as is."""
+    return env.with_turn_end(end_of_turn(tokenizer)) if env.turn_end else env
+
+
 def stop_strings(tokenizer: PreTrainedTokenizerBase | None = None) -> list[str]:
     """Where a generated turn ends: after a complete tool call, or at the end of the turn.
 

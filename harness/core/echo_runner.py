@@ -43,8 +43,11 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
+from typing import ClassVar
 
 from harness.core.protocol import REFERENCE_STREAM_CHARS
+from sandboxes.base import NONZERO_EXIT, ExecResult
 
 #: code-judge's address-space cap: ``MAX_MEMORY`` (256 MiB by default, ``app/config.py`` line 32) plus the
 #: 256 MiB it adds for Python (``app/libs/executors/python_executor.py`` lines 104-106, 138-139).
@@ -202,3 +205,21 @@ def error_kind(stderr: str) -> str | None:
         if match:
             return match.group("kind")
     return None
+
+
+@dataclass(frozen=True)
+class EchoExecution:
+    """How the ``reference`` profile runs a call: the program of :func:`echo_program`, which ends itself at the
+    call's limit, under a sandbox limit one second later (the backstop); a failure's kind is the exception it
+    reported (it prints no traceback)."""
+
+    name: ClassVar[str] = "echo"
+
+    def program(self, code: str, timeout: float) -> tuple[str, float]:
+        """What the sandbox runs for ``code``, and the sandbox's limit."""
+        return echo_program(code, timeout), timeout + 1.0
+
+    def error_kind(self, result: ExecResult) -> str | None:
+        if result.error_kind == NONZERO_EXIT:
+            return error_kind(result.stderr) or result.error_kind
+        return result.error_kind

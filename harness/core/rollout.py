@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from harness.core import echo_runner, protocol, seeds
+from harness.core import seeds
 from harness.core.messages import Generation, Message
 from harness.core.metrics import TrajectoryMetrics
 from harness.core.saar import SaarConfig, SaarEvent, Spans, no_spans, rollback
 from harness.core.toolenv import ToolEnv
-from sandboxes.base import NONZERO_EXIT, ExecResult, Sandbox, SandboxError
+from sandboxes.base import ExecResult, Sandbox, SandboxError
 
 StopReason = Literal["answer", "max_turns", "length", "token_budget", "running"]
 
@@ -214,28 +214,17 @@ class RolloutState:
         env = self.config.tool_env
         if turn.call is None:
             kind = "MalformedToolCall"
-            content = protocol.format_call_error(turn.call_error or "no call found", env=env)
+            content = env.show_call_error(turn.call_error or "no call found")
             ok, call_id = False, None
         else:
-            program, timeout = turn.call.code, self.config.timeout
-            if env.execution == "echo":  # the program ends itself at the limit; the sandbox's kill is the backstop
-                program, timeout = echo_runner.echo_program(program, timeout), timeout + 1.0
-            result: ExecResult = await self._sandbox.run_python(program, timeout=timeout)
+            program, limit = env.program(turn.call.code, self.config.timeout)
+            result: ExecResult = await self._sandbox.run_python(program, timeout=limit)
             if result.sandbox_failed:  # never let a broken sandbox pass as the program's doing
                 raise SandboxError(
                     f"sandbox failed while running a tool call: {result.stderr.strip() or result.error_kind}"
                 )
-            ok, kind, call_id = result.ok, result.error_kind, turn.call.id
-            if env.execution == "echo" and kind == NONZERO_EXIT:  # it reports its exception as one line
-                kind = echo_runner.error_kind(result.stderr) or kind
-            content = protocol.format_result(
-                ok=result.ok,
-                stdout=result.stdout,
-                stderr=result.stderr,
-                error_kind=result.error_kind,
-                limit=self.config.output_chars,
-                env=env,
-            )
+            ok, kind, call_id = result.ok, env.error_kind(result), turn.call.id
+            content = env.show_result(result, kind, limit=self.config.output_chars, timeout=self.config.timeout)
         if not ok:
             self.failures += 1
             self.error_kinds[kind or "Error"] += 1
@@ -262,7 +251,7 @@ def to_assistant(
         call = gen.tool_calls[0]
         meta = {"form": "native", "tokens": gen.output_tokens, "reasoning_tokens": reasoning_share(gen, gen.text)}
         return Message("assistant", gen.text, call=call, meta=meta)
-    parsed = protocol.parse_turn(gen.text, env=env, accept_python_fence=accept_python_fence, call_id=call_id)
+    parsed = env.read_turn(gen.text, accept_python_fence=accept_python_fence, call_id=call_id)
     if parsed.call is None and parsed.error is None:
         meta: dict[str, Any] = {"tokens": gen.output_tokens}
         if "unread_call" in parsed.meta:  # a call the profile cannot read is no call: the turn is the answer

@@ -31,11 +31,9 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
-from harness.core import protocol
 from harness.core.messages import Generation, Message
-from harness.core.toolenv import ToolEnv
+from harness.core.toolenv import Similarity, ToolEnv
 
-Similarity = Literal["code", "call"]
 Action = Literal["shallow", "deep", "no_call", "length", "max_turns", "exhausted", "cap"]
 
 
@@ -236,6 +234,6 @@ async def _rollback(
     state.rollback_on = False
     state.record(SaarEvent(turn, cfg.max_retries + 1, "exhausted", error_kind))
     if cfg.max_retries >= 2:
-        note = protocol.retry_note(cfg.max_retries + 1, env=state.tool_env, retries=cfg.max_retries)
+        note = state.tool_env.retry_note(cfg.max_retries + 1, cfg.max_retries)
         error = state.tool_message(error.content + note, error.tool_call_id, False, error.meta.get("error_kind"))
     return error

@@ -5,6 +5,14 @@ its program runs, how long it may run, how its result is shown, what SAAR compar
 response budget counts. Evaluation (the Inspect solver, every provider) and both trainers take the
 profile from :class:`~harness.core.rollout.RolloutConfig`, so one run cannot mix two environments.
 
+What differs between profiles is what a profile is made of, one rule in each part: how a call is read and
+the span SAAR compares (``reading``: :class:`~harness.core.protocol.StrictCalls`,
+:class:`~harness.core.protocol.RepairedCalls`), how a program is wrapped and limited (``execution``:
+:class:`PlainExecution`, :class:`~harness.core.echo_runner.EchoExecution`), how a result, an unexecutable call
+and exhausted retries are shown (``framing``: :class:`~harness.core.protocol.ProjectFraming`,
+:class:`~harness.core.protocol.ReferenceFraming`), and plain facts (limits, the budget rule). The rollout, SAAR
+and the trainers call the profile's methods; none of them tests which profile it is.
+
 Two profiles:
 
 ``project``
@@ -17,9 +25,11 @@ Two profiles:
     ``code_judge_utils.py``, ``verl/verl/experimental/agent_loop/tool_agent_loop.py`` and
     ``tool_parser.py``): a tool ``code_interpreter``, calls read with a lenient JSON repair (a turn
     whose call cannot be read has no call and is the answer), the call's final expression echoed
-    (:mod:`harness.core.echo_runner`), ``Tool call success``/``Tool call failure`` framing, SAAR
-    comparing the two calls as written to the end of their turns (every readable or failed call, whatever
-    tool it names), a regeneration that counts as a turn, and a budget of every response token, tool
+    (:mod:`harness.core.echo_runner`), ``Tool call success``/``Tool call failure`` framing (``reason:
+    worker_timeout`` for a run ended at its limit and any failure that ran that long), SAAR comparing the
+    two calls as written to the end of their turns, the model's end-of-turn token included (every readable or
+    failed call, whatever tool it names; :func:`harness.core.chat.tool_env_for` sets the token from the
+    model's tokenizer), a regeneration that counts as a turn, and a budget of every response token, tool
     output included.
 
 Its interface strings are facts of that protocol, matched exactly; they are documented where they
@@ -28,46 +38,100 @@ come from (docs/benchmarks.md, "Tool environments").
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal, Protocol
 
+from harness.core.echo_runner import EchoExecution
+from harness.core.protocol import (
+    PROJECT_TOOL,
+    ParsedTurn,
+    ProjectFraming,
+    ReferenceFraming,
+    RepairedCalls,
+    StrictCalls,
+    Tool,
+)
+from sandboxes.base import ExecResult
 from sandboxes.runtimes import Runtime
 
-Parse = Literal["strict", "repair"]
-Execution = Literal["plain", "echo"]
-Framing = Literal["project", "reference"]
 Budget = Literal["generated", "response"]
 Similarity = Literal["code", "call"]
 
 
+class Reading(Protocol):
+    """How a call is read from a turn, and the span of it SAAR compares (:mod:`harness.core.protocol`)."""
+
+    @property
+    def parse(self) -> str: ...
+
+    @property
+    def fenced(self) -> bool: ...
+
+    @property
+    def turn_end(self) -> str: ...
+
+    def with_turn_end(self, turn_end: str) -> Reading: ...
+
+    def read(self, text: str, env: ToolEnv, *, accept_python_fence: bool, call_id: str) -> ParsedTurn: ...
+
+
+class Execution(Protocol):
+    """How a call's program is wrapped and limited, and what a failure's kind is."""
+
+    @property
+    def name(self) -> str: ...
+
+    def program(self, code: str, timeout: float) -> tuple[str, float]: ...
+
+    def error_kind(self, result: ExecResult) -> str | None: ...
+
+
+class Framing(Protocol):
+    """How a result, a call that cannot run and exhausted SAAR retries are shown to the model."""
+
+    @property
+    def name(self) -> str: ...
+
+    def result(
+        self, *, ok: bool, stdout: str, stderr: str, error_kind: str | None, limit: int, duration: float, timeout: float
+    ) -> str: ...
+
+    def call_error(self, message: str, tool_name: str) -> str: ...
+
+    def retry_note(self, attempts: int, retries: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class PlainExecution:
+    """The program as written, under the call's limit; a failure's kind is the sandbox's."""
+
+    name: ClassVar[str] = "plain"
+
+    def program(self, code: str, timeout: float) -> tuple[str, float]:
+        return code, timeout
+
+    def error_kind(self, result: ExecResult) -> str | None:
+        return result.error_kind
+
+
 @dataclass(frozen=True)
 class ToolEnv:
-    """One tool environment (see the module docstring for the two profiles)."""
+    """One tool environment (see the module docstring for the two profiles): what differs between them is
+    the objects it is made of (``reading``, ``execution``, ``framing``) and the facts below; its methods are
+    how the rollout, SAAR and the trainers ask for it."""
 
     name: str
-    tool_name: str  #: the function name in the schema, and the name calls are rendered with
-    description: str  #: the tool's description in the schema
-    code_description: str  #: the description of its one argument, ``code``
+    tool: Tool  #: the tool's name and descriptions, as its schema shows them
     #: names a call may use (the tool's own name first)
     aliases: tuple[str, ...]
-    #: "strict": a call must be valid JSON, and one that is not is a failed call (SAAR may purify it);
-    #: "repair": JSON is repaired (json_repair), and a call that still cannot be read is no call, so the turn
-    #: is the answer (:func:`harness.core.protocol.parse_turn`)
-    parse: Parse
-    #: besides ``<tool_call>`` tags, a fenced ``json`` call object and (not for code problems) a bare
-    #: fenced ``python`` block are calls
-    fenced_calls: bool
-    #: "plain": the program runs as written; "echo": a final bare expression's repr is printed
-    execution: Execution
+    reading: Reading  #: how a call is read from a turn, and the span a ``call`` similarity compares
+    execution: Execution  #: how a call's program is wrapped and limited
+    framing: Framing  #: how a result is shown to the model
     timeout: float  #: seconds per call
     #: whether the call of the last turn ``max_turns`` allows runs (its result is then the trajectory's end)
     call_on_last_turn: bool
-    framing: Framing  #: how a result is shown to the model (:func:`harness.core.protocol.frame_result`)
     output_chars: int  #: characters of a result the model sees (cut in the middle)
     similarity: Similarity  #: SAAR's similarity input: the two programs, or the two calls as written
-    #: the text of the token that ends a turn, which a call as written runs to (``ToolCall.raw``, what a
-    #: ``call`` similarity compares): the generated text does not hold it
-    turn_end: str
     #: whether a SAAR regeneration counts as an assistant turn against ``max_turns``: one that reaches
     #: the limit then ends the trajectory at the failed turn, before its error (no answer)
     regeneration_is_turn: bool
@@ -78,50 +142,108 @@ class ToolEnv:
     #: and how much output a stream may hold; every sandbox backend of a rollout path is made with it
     runtime: Runtime
 
+    @property
+    def tool_name(self) -> str:
+        """The function name in the schema, and the name calls are rendered with."""
+        return self.tool.name
+
+    @property
+    def description(self) -> str:
+        return self.tool.description
+
     def schema(self) -> dict[str, Any]:
         """The tool as chat templates and OpenAI-compatible servers take it."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.tool_name,
-                "description": self.description,
-                "parameters": {
-                    "type": "object",
-                    "properties": {"code": {"type": "string", "description": self.code_description}},
-                    "required": ["code"],
-                },
-            },
-        }
+        return self.tool.schema()
 
     @property
     def counts_response(self) -> bool:
         """Whether a token budget counts every response token, tool output included (and caps each generation)."""
         return self.budget == "response"
 
+    @property
+    def turn_end(self) -> str:
+        """The text of the token that ends a turn, which a call's span runs to ("": the span ends with the call)."""
+        return self.reading.turn_end
+
+    def with_turn_end(self, turn_end: str) -> ToolEnv:
+        """This profile for a model whose turns end with ``turn_end`` (itself, when its spans end with the call)."""
+        reading = self.reading.with_turn_end(turn_end)
+        return self if reading == self.reading else replace(self, reading=reading)
+
+    def read_turn(self, text: str, *, accept_python_fence: bool = True, call_id: str = "call_0") -> ParsedTurn:
+        """An assistant turn split into reasoning and (at most) one executable call."""
+        return self.reading.read(text, self, accept_python_fence=accept_python_fence, call_id=call_id)
+
+    def program(self, code: str, timeout: float) -> tuple[str, float]:
+        """What the sandbox runs for a call of ``code`` limited to ``timeout`` seconds, and the sandbox's limit."""
+        return self.execution.program(code, timeout)
+
+    def error_kind(self, result: ExecResult) -> str | None:
+        """The kind of a failed run (None when it succeeded)."""
+        return self.execution.error_kind(result)
+
+    def frame(
+        self, *, ok: bool, stdout: str, stderr: str, error_kind: str | None, limit: int, duration: float, timeout: float
+    ) -> str:
+        """The text the model sees for a run limited to ``timeout`` seconds that took ``duration``, its output cut
+        to ``limit`` characters."""
+        return self.framing.result(
+            ok=ok, stdout=stdout, stderr=stderr, error_kind=error_kind, limit=limit, duration=duration, timeout=timeout
+        )
+
+    def show_result(self, result: ExecResult, kind: str | None, *, limit: int, timeout: float) -> str:
+        """The text the model sees for ``result`` (a run limited to ``timeout`` seconds whose kind is ``kind``)."""
+        return self.frame(
+            ok=result.ok,
+            stdout=result.stdout,
+            stderr=result.stderr,
+            error_kind=kind,
+            limit=limit,
+            duration=result.duration,
+            timeout=timeout,
+        )
+
+    def show_call_error(self, message: str) -> str:
+        """The tool response to a call that could not be executed at all (``message`` says why)."""
+        return self.framing.call_error(message, self.tool_name)
+
+    def retry_note(self, attempts: int, retries: int) -> str:
+        """Appended to the last error of a turn whose SAAR retries are exhausted."""
+        return self.framing.retry_note(attempts, retries)
+
     def to_dict(self) -> dict[str, Any]:
         """The whole profile, as every log records it."""
-        return asdict(self)
+        return {
+            "name": self.name,
+            "tool_name": self.tool.name,
+            "description": self.tool.description,
+            "code_description": self.tool.code_description,
+            "aliases": self.aliases,
+            "parse": self.reading.parse,
+            "fenced_calls": self.reading.fenced,
+            "execution": self.execution.name,
+            "timeout": self.timeout,
+            "call_on_last_turn": self.call_on_last_turn,
+            "framing": self.framing.name,
+            "output_chars": self.output_chars,
+            "similarity": self.similarity,
+            "turn_end": self.turn_end,
+            "regeneration_is_turn": self.regeneration_is_turn,
+            "budget": self.budget,
+        }
 
 
 PROJECT = ToolEnv(
     name="project",
-    tool_name="python",
-    description=(
-        "Execute a Python 3 program and return what it prints. Each call runs in a fresh "
-        "interpreter: variables do not persist between calls, so print what you need. "
-        "numpy and sympy are available."
-    ),
-    code_description="The Python program to run.",
+    tool=PROJECT_TOOL,
     aliases=("python", "code_interpreter", "python_interpreter", "run_python"),
-    parse="strict",
-    fenced_calls=True,
-    execution="plain",
+    reading=StrictCalls(fenced=True),
+    execution=PlainExecution(),
+    framing=ProjectFraming(),
     timeout=10.0,
     call_on_last_turn=True,
-    framing="project",
     output_chars=256,
     similarity="code",
-    turn_end="",
     regeneration_is_turn=False,
     budget="generated",
     runtime="project",
@@ -129,19 +251,15 @@ PROJECT = ToolEnv(
 
 REFERENCE = ToolEnv(
     name="reference",
-    tool_name="code_interpreter",
-    description="A tool for executing code.",
-    code_description="The code to execute.",
+    tool=Tool("code_interpreter", "A tool for executing code.", "The code to execute."),
     aliases=("code_interpreter",),
-    parse="repair",
-    fenced_calls=False,
-    execution="echo",
+    reading=RepairedCalls(),  # spans end with Qwen3's <|im_end|> (the reference's models) until a tokenizer says
+    execution=EchoExecution(),
+    framing=ReferenceFraming(),
     timeout=4.0,
     call_on_last_turn=False,
-    framing="reference",
     output_chars=256,
     similarity="call",
-    turn_end="<|im_end|>",  # Qwen3's end of turn (ChatML), the reference's models'
     regeneration_is_turn=True,
     budget="response",
     runtime="reference",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
+from dataclasses import replace
 from typing import Any
 
 from inspect_ai.log import transcript
@@ -34,13 +35,14 @@ from inspect_ai.util import ExecResult as InspectExecResult
 from inspect_ai.util import OutputLimitExceededError, SandboxEnvironment, SandboxEnvironmentConfigType, span
 from inspect_ai.util import sandbox as inspect_sandbox
 
+from harness.core.chat import tool_env_for, tool_result_counter
 from harness.core.messages import Generation, Message
 from harness.core.rollout import CountTokens, RolloutConfig, rollout
 from harness.core.seeds import trajectory_seed
 from harness.engines.launch_check import check_vllm_command, vllm_would_start
 from harness.evals.convert import to_generation, to_inspect, tool_info
 from harness.evals.shared_prefix import generate_shared
-from harness.evals.tokenizers import tool_token_counter
+from harness.evals.tokenizers import known_tokenizer, model_tokenizer
 from sandboxes.base import ExecResult, Sandbox
 
 #: Key of the trajectory summary in a sample's metadata.
@@ -146,7 +148,9 @@ def saar_agent(
         share_prefix: arms with the same id generate the requests they have in common once
             (:mod:`harness.evals.shared_prefix`); None: every request is generated.
         max_tokens: tokens per generation (the task's own limit; a response budget may lower it per call).
-        tokenizer: what a response budget counts tool output with (:func:`harness.evals.tokenizers.tool_token_counter`).
+        tokenizer: the model's tokenizer (:func:`harness.evals.tokenizers.model_tokenizer`): what a response budget
+            counts tool output with, and where the model's end-of-turn token comes from
+            (:func:`harness.core.chat.tool_env_for`; loaded for that alone only when given or embedded).
     """
     tools = [tool_info(config.tool_env)]
     task_max_tokens = max_tokens
@@ -157,7 +161,9 @@ def saar_agent(
             check_vllm_command()  # Inspect is about to start `vllm serve`: say first if it cannot be found
         sandbox = TranscribedSandbox(current_sandbox(), config.tool_env.tool_name)
         seed = trajectory_seed(run_seed, state.sample_id, state.epoch)
-        count_tokens: CountTokens | None = tool_token_counter(model, tokenizer) if config.response_budget else None
+        tok = model_tokenizer(model, tokenizer) if config.response_budget else known_tokenizer(model, tokenizer)
+        count_tokens: CountTokens | None = tool_result_counter(tok) if config.response_budget else None
+        run_config = config if tok is None else replace(config, tool_env=tool_env_for(tok, config.tool_env))
 
         async def model_generate(
             messages: list[Message], *, seed: int | None = None, max_tokens: int | None = None
@@ -178,7 +184,7 @@ def saar_agent(
         prompt = [Message(m.role, m.text) for m in state.messages if m.role in ("system", "user")]  # type: ignore[arg-type]
         async with span("rollout"):
             trajectory = await rollout(
-                prompt, model_generate, sandbox, config, seed=seed, spans=spans, count_tokens=count_tokens
+                prompt, model_generate, sandbox, run_config, seed=seed, spans=spans, count_tokens=count_tokens
             )
         summary = trajectory.summary()
         state.messages = to_inspect(trajectory.messages)

@@ -12,6 +12,10 @@ providers do not tokenize, so the tokenizer is found here, once per process and 
 
 A task checks it when it is built (:func:`check_tokenizer`), so that a model without one fails the eval
 before its first sample, not every sample after a search of the hub.
+
+The same tokenizer gives the model's end-of-turn token, which the ``reference`` call span ends with
+(:func:`harness.core.chat.tool_env_for`). Without a response budget only a tokenizer at hand is used for that
+(:func:`known_tokenizer`: ``-T tokenizer`` or the embedded provider's); none is searched for.
 """
 
 from __future__ import annotations
@@ -20,9 +24,6 @@ import functools
 from typing import Any
 
 from inspect_ai.model import Model
-
-from harness.core.chat import tool_result_counter
-from harness.core.rollout import CountTokens
 
 
 class TokenizerError(RuntimeError):
@@ -46,13 +47,20 @@ def _load(name: str) -> Any:
         ) from exc
 
 
-def model_tokenizer(model: Model, tokenizer: str | None = None) -> Any:
-    """The tokenizer of ``model`` (see the module docstring for where it comes from)."""
+def known_tokenizer(model: Model, tokenizer: str | None = None) -> Any:
+    """The tokenizer of ``model`` where one is at hand without a search: ``-T tokenizer=``, or the embedded
+    provider's own; None otherwise."""
     if tokenizer:
         return _load(tokenizer)
     loaded = getattr(model.api, "loaded", None)  # the embedded provider holds its model and tokenizer
-    if loaded is not None and getattr(loaded, "tokenizer", None) is not None:
-        return loaded.tokenizer
+    return getattr(loaded, "tokenizer", None) if loaded is not None else None
+
+
+def model_tokenizer(model: Model, tokenizer: str | None = None) -> Any:
+    """The tokenizer of ``model`` (see the module docstring for where it comes from)."""
+    known = known_tokenizer(model, tokenizer)
+    if known is not None:
+        return known
     if getattr(model.api, "tokenizer_free", False):
         raise TokenizerError(
             f"the response budget counts tool output in tokens, and model {str(model)!r} has no tokenizer; "
@@ -72,9 +80,3 @@ def check_tokenizer(tokenizer: str | None = None) -> None:
     model = active_model()
     if model is not None:
         model_tokenizer(model, tokenizer)
-
-
-def tool_token_counter(model: Model, tokenizer: str | None = None) -> CountTokens:
-    """Tokens a tool result adds to the response of ``model`` (under its chat template)."""
-    tok = model_tokenizer(model, tokenizer)
-    return tool_result_counter(tok)

@@ -105,9 +105,9 @@ async def run_one(
     settings) says what the reward reads, as on the OpenRLHF path.
     """
     tok, render = sampler.tokenizer, get_render()
-    env = rcfg.tool_env
     messages = item.messages()
-    config = problem_rollout_config(item.kind, rcfg)
+    config = problem_rollout_config(item.kind, rcfg, tool_env=chat.tool_env_for(tok, rcfg.tool_env))
+    env = config.tool_env  # a call's span ends with this model's end-of-turn token
 
     correct = cfg.is_correction != "off"
 

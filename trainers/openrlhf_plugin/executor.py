@@ -66,7 +66,7 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase
 
-from harness.core.chat import tool_result_counter
+from harness.core.chat import tool_env_for, tool_result_counter
 from harness.core.messages import Generation, Message
 from harness.core.problems import rollout_config
 from harness.core.response import response_text
@@ -229,8 +229,11 @@ class AgentExecutor(AgentExecutorBase):
         # batch, and a rerun after a sandbox failure starts from the same draws
         self._drawn[item.id] += 1
         seed = trajectory_seed(self._seed, item.id, self._drawn[item.id])
-        # the parse mode follows the problem kind: a code item's final ```python block is its answer
-        config = rollout_config(item.kind, self._rollout_config)
+        # the parse mode follows the problem kind: a code item's final ```python block is its answer; a call's span
+        # ends with this model's end-of-turn token
+        config = rollout_config(
+            item.kind, self._rollout_config, tool_env=tool_env_for(tokenizer, self._rollout_config.tool_env)
+        )
 
         async def attempt() -> tuple[Trajectory, Outcome, SampledStore, SampleLog]:
             store = SampledStore(env=config.tool_env)  # a rerun starts from nothing the failed attempt sampled
