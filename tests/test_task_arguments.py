@@ -16,7 +16,6 @@ import json
 import re
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,12 +30,20 @@ from harness.benchmarks.datasets import Problem
 from harness.benchmarks.presets import PRESET_ONLY_FIELDS, PROTOCOL_ARGUMENTS, PROTOCOL_FIELDS
 from harness.benchmarks.registry import BENCHMARKS, NAMES, Benchmark
 from harness.core.prompts import DEFAULT_TEMPLATES_PATH, PromptTemplates, default_templates
-from harness.evals.tasks import ARGUMENT_DOCS, TaskOptions, registered_task, task_arguments, task_signature
+from harness.evals.tasks import (
+    ARGUMENT_DOCS,
+    COMMON_ARGUMENTS,
+    RUN_ARGUMENTS,
+    TaskOptions,
+    registered_task,
+    task_arguments,
+    task_signature,
+)
 from harness.reports import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 INSPECT = Path(sys.executable).with_name("inspect")
-COMMON = [f.name for f in fields(TaskOptions)]
+COMMON = list(COMMON_ARGUMENTS)
 
 #: A task file as docs/adding-a-benchmark.md shows it, for a benchmark named NAME.
 TASK_FILE = '''"""NAME: a benchmark registered by a test."""
@@ -124,11 +131,18 @@ def test_a_benchmarks_own_arguments_are_its_loaders_and_not_common_ones() -> Non
 
 
 def test_the_protocol_arguments_are_evalprotocols_fields() -> None:
-    """TaskOptions holds every EvalProtocol field but the preset-only ones, in EvalProtocol's order, unset."""
-    assert [f for f in COMMON if f in PROTOCOL_FIELDS] == list(PROTOCOL_ARGUMENTS)
+    """The common arguments are the preset, every EvalProtocol field but the preset-only ones (in its order, unset
+    by default) and TaskOptions' own; a given protocol argument reaches the protocol, an unset one does not."""
+    assert COMMON == ["preset", *PROTOCOL_ARGUMENTS, *RUN_ARGUMENTS[1:]]
     assert set(PROTOCOL_FIELDS) - set(PROTOCOL_ARGUMENTS) == set(PRESET_ONLY_FIELDS)
     assert not set(PRESET_ONLY_FIELDS) & set(COMMON)
-    assert all(f.default is None for f in fields(TaskOptions) if f.name in PROTOCOL_FIELDS)
+    signature = task_signature(BENCHMARKS["aime24"])
+    assert all(signature.parameters[name].default is None for name in PROTOCOL_ARGUMENTS)
+    options = TaskOptions.of({**dict.fromkeys(COMMON), "sandbox": "local", "seed": 3, "gamma": 0.25})
+    assert options.given == {"gamma": 0.25} and (options.sandbox, options.seed) == ("local", 3)
+    assert options.protocol("math").gamma == 0.25 and options.protocol("math").saar is False
+    with pytest.raises(ValueError, match="not protocol settings"):
+        TaskOptions(given={"gama": 0.25}).protocol("math")
 
 
 def test_every_common_argument_is_described_once() -> None:
@@ -168,12 +182,12 @@ def test_inspect_eval_takes_every_task_argument(tmp_path: Path, qwen3_tokenizer_
         "temperature": 1.0,
         "top_p": 0.6,
         "max_tokens": 20480,
+        "tool_env": "reference",
+        "judge": "reference",
         "sandbox": "local",
         "data": "../harness/data/aime24_fixture.jsonl",  # relative to tasks/, not to the working directory
         "seed": 7,
         "share_prefix": None,  # an id would need the model's weights (the replay model has none)
-        "tool_env": "reference",
-        "judge": "reference",
         "prompt_template": f"../harness/data/prompts/{DEFAULT_TEMPLATES_PATH.name}",
         "tokenizer": qwen3_tokenizer_dir,
     }

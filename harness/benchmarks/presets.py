@@ -27,7 +27,7 @@ the same sampling (temperature 1.0, top_p 0.6) and limits (16 turns, 20480 respo
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from harness.core.problems import Kind, check_kind, rollout_config
@@ -42,6 +42,22 @@ JUDGES: tuple[Judge, ...] = ("lenient", "reference")
 TOOL_ENV_FIELDS = ("similarity", "timeout", "output_chars")
 
 
+def setting(default: Any, help: str, *, shown: str | None = None) -> Any:
+    """A settings field: its default, its help (one sentence or two, as the README's table and ``inspect``'s task
+    help show it) and, where the default is not a literal (None), what it stands for (``shown``)."""
+    return field(default=default, metadata={"help": help, "shown": shown})
+
+
+def setting_default(f: Field[Any]) -> str:
+    """A field's default as the docs show it: its ``shown`` text, else the literal (``none`` for None)."""
+    shown = f.metadata.get("shown")
+    if shown is not None:
+        return shown
+    if f.default is None:
+        return "none"
+    return f"`{str(f.default).lower() if isinstance(f.default, bool) else f.default}`"
+
+
 @dataclass(frozen=True)
 class EvalProtocol:
     """What one task's evaluation measures (defaults: the harness's own, without a preset).
@@ -50,24 +66,47 @@ class EvalProtocol:
     (:func:`resolve` fills them in, so a resolved protocol has every value).
     """
 
-    saar: bool = False  #: SAAR (rollback) at inference
-    saar_prob: float = 1.0  #: probability that SAAR is on for a trajectory
-    gamma: float = 0.5  #: similarity threshold between shallow and deep replacement
-    #: "code" (the two programs) or "call" (the two calls as written: the reference's); None: the tool env's
-    similarity: Similarity | None = None
-    max_retries: int = 3  #: SAAR regenerations per failed call
-    max_turns: int = 16  #: assistant turns per trajectory
-    #: the response budget in tokens, counted as the tool environment says (generated, or every response token)
-    max_total_tokens: int | None = None
-    timeout: float | None = None  #: seconds per tool call (None: the tool env's)
-    output_chars: int | None = None  #: characters of tool output shown to the model (None: the tool env's)
-    epochs: int = 1  #: samples per problem (pass@1 is their mean)
-    temperature: float = 1.0
-    top_p: float = 0.6
-    max_tokens: int | None = None  #: tokens per generation (None: the provider's default)
-    max_prompt_tokens: int | None = None  #: the reference's prompt limit; recorded, not enforced (ours are shorter)
-    tool_env: str = "project"  #: the tool environment (harness.core.toolenv): "project" or "reference"
-    judge: Judge = "lenient"  #: the reported accuracy: "lenient" (equivalence) or "reference" (the strict box)
+    saar: bool = setting(False, "SAAR (rollback) at inference")
+    saar_prob: float = setting(1.0, "probability that SAAR is on for a trajectory (the paper's 70/30 curriculum: 0.7)")
+    gamma: float = setting(0.5, "similarity threshold: ≥ γ shallow, < γ deep")
+    similarity: Similarity | None = setting(
+        None,
+        "`code`: ratio between the two programs (the paper; `project`); `call`: between the calls as written, from "
+        "`<tool_call>` to the turn's end (the reference implementation, whose JSON boilerplate pushes ratios up; "
+        "`reference`)",
+        shown="the tool env's",
+    )
+    max_retries: int = setting(3, "regenerations per failed turn")
+    max_turns: int = setting(16, "assistant turns per trajectory")
+    max_total_tokens: int | None = setting(
+        None,
+        "the response budget: generated tokens kept (`project`), or every response token, tool output included, "
+        "each generation taking what is left (`reference`)",
+    )
+    timeout: float | None = setting(None, "seconds per tool call (`project` 10, `reference` 4)", shown="the tool env's")
+    output_chars: int | None = setting(
+        None, "tool output shown to the model, middle cut (verl's default)", shown="`256`"
+    )
+    epochs: int = setting(
+        1,
+        "samples per problem; pass@1 is the mean over epochs, pass@k (k = epochs) is reported too; "
+        "`inspect eval --epochs N` replaces the count and reports pass@N (`--epochs-reducer` replaces the reducers)",
+    )
+    temperature: float = setting(1.0, "the sampling temperature (the reference's); `--temperature` overrides it")
+    top_p: float = setting(0.6, "the sampling's nucleus mass (the reference's); `--top-p` overrides it")
+    max_tokens: int | None = setting(None, "tokens per generation; `--max-tokens` overrides it", shown="provider's")
+    max_prompt_tokens: int | None = setting(
+        None, "the reference's prompt limit; recorded, not enforced (ours are shorter)"
+    )
+    tool_env: str = setting(
+        "project", "the tool environment: `project` (this project's) or `reference` (Open-CLEANER's)"
+    )
+    judge: Judge = setting(
+        "lenient",
+        "the reported `accuracy`: `lenient` (equivalence; LiveCodeBench's official grader) or `reference` (the "
+        "reference's judge of the whole response: the strict box, or code-judge's exact output; the lenient verdict "
+        "beside it as `accuracy_lenient`)",
+    )
 
     def __post_init__(self) -> None:
         if self.epochs < 1 or self.max_turns < 1:

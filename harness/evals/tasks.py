@@ -1,9 +1,11 @@
 """The benchmark tasks: their arguments, defined once, and the one builder every ``tasks/<name>.py`` calls.
 
-A task's arguments are :class:`TaskOptions`' fields: a preset name, the protocol settings
-(:class:`harness.benchmarks.presets.EvalProtocol`; ``None`` means "the preset's, or the default"), where it
-runs (data, sandbox, seed) and how it is measured; a benchmark may add arguments of its own (its
-:class:`~harness.benchmarks.registry.Benchmark` entry's). :data:`ARGUMENT_DOCS` says what each means.
+A task's arguments are settings fields, each with its type, default and help, defined once: a preset name, the
+protocol settings (:class:`harness.benchmarks.presets.EvalProtocol`'s fields; unset means "the preset's, or the
+default") and where and how it runs (:class:`TaskOptions`); a benchmark may add arguments of its own (its
+:class:`~harness.benchmarks.registry.Benchmark` entry's). The tasks' signature, their docstrings' Args
+(:data:`ARGUMENT_DOCS`) and README.md's table (:func:`argument_table`, written by ``python -m harness docs``)
+come from those fields.
 
 A task file is a few lines: ``@task`` over a function decorated with :func:`task_arguments`, which gives it
 the benchmark's signature (what Inspect reads for ``-T``) and docstring, and whose body returns
@@ -18,7 +20,7 @@ import signal
 import threading
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
 from inspect_ai import Epochs, Task
@@ -28,11 +30,10 @@ from inspect_ai.scorer import Scorer, ScoreReducer
 from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.benchmarks.datasets import Problem
-from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, Judge, resolve
+from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, Judge, resolve, setting, setting_default
 from harness.benchmarks.registry import Benchmark, benchmark
 from harness.core.problems import Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
-from harness.core.saar import Similarity
 from harness.evals.concurrency import METADATA_KEY, Concurrency, preset_concurrency
 from harness.evals.scorers import code_scorer, gpqa_scorer, math_scorer
 from harness.evals.solver import saar_agent
@@ -46,82 +47,86 @@ SandboxName = Literal["auto", "local", "docker"]
 
 @dataclass(frozen=True)
 class TaskOptions:
-    """The arguments every benchmark task takes (``-T name=value``), in the tasks' signature order.
+    """The arguments every benchmark task takes (``-T name=value``) besides the protocol's settings.
 
-    ``None``: the preset's value, or the default. What each means: :data:`ARGUMENT_DOCS`. The protocol
-    settings among them are :data:`harness.benchmarks.presets.PROTOCOL_ARGUMENTS`, in the same order.
+    The protocol settings (:class:`harness.benchmarks.presets.EvalProtocol`'s fields but the preset-only ones,
+    :data:`~harness.benchmarks.presets.PROTOCOL_ARGUMENTS`) are task arguments too, unset by default (None: the
+    preset's value, or the protocol's default); ``given`` holds those a task was given. :func:`task_parameters`
+    orders the two into the tasks' signature.
     """
 
-    preset: str | None = None
-    saar: bool | None = None
-    saar_prob: float | None = None
-    gamma: float | None = None
-    similarity: Similarity | None = None
-    max_retries: int | None = None
-    max_turns: int | None = None
-    max_total_tokens: int | None = None
-    timeout: float | None = None
-    output_chars: int | None = None
-    epochs: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    sandbox: SandboxName = "auto"
-    data: str | None = None
-    seed: int = 0
-    share_prefix: str | None = None
-    tool_env: str | None = None
-    judge: Judge | None = None
-    prompt_template: str | None = None
-    tokenizer: str | None = None
+    preset: str | None = setting(
+        None, "a named protocol: `cleaner-paper` (the 4B model's), `cleaner-paper-7b` (the 7B model's; below)"
+    )
+    sandbox: SandboxName = setting(
+        "auto", "`docker`, `local`, or `auto` (docker when an engine and the image are there)"
+    )
+    data: str | None = setting(
+        None,
+        "a local file or directory with the upstream schema (a relative path resolves against `tasks/`), the "
+        "reference's `.parquet`, or `fixture`",
+        shown="hub",
+    )
+    seed: int = setting(
+        0, "the run's seed (and the GPQA shuffle): each (sample, epoch) samples from its own seed derived from it"
+    )
+    share_prefix: str | None = setting(
+        None,
+        "an id both SAAR arms of one run pass: a request the arms have in common (before SAAR first acts) is "
+        "generated once and read from Inspect's cache by the other arm (`compare` and `demo` set it)",
+    )
+    prompt_template: str | None = setting(
+        None,
+        'a prompt template file (`docs/benchmarks.md`, "Prompts"); a relative path resolves against `tasks/`; its '
+        "sha256 is in the log",
+        shown="the project's",
+    )
+    tokenizer: str | None = setting(
+        None,
+        "what a `reference` budget counts tool output with: a hub id or a path (needed for models whose name is not "
+        "one, e.g. `replay/`)",
+        shown="the model's",
+    )
+    given: Mapping[str, Any] = field(default_factory=dict)  # the protocol settings given (not None)
 
     @classmethod
     def of(cls, args: Mapping[str, Any]) -> TaskOptions:
-        """The options among a task function's arguments (its ``locals()``); the rest are the task's own."""
-        return cls(**{f.name: args[f.name] for f in fields(cls) if f.name in args})
+        """The options among a task function's arguments; the rest are the benchmark's own."""
+        given = {k: args[k] for k in PROTOCOL_ARGUMENTS if args.get(k) is not None}
+        return cls(**{name: args[name] for name in RUN_ARGUMENTS if name in args}, given=given)
 
     def protocol(self, kind: Kind) -> EvalProtocol:
-        given = {k: v for k, v in asdict(self).items() if k in PROTOCOL_ARGUMENTS}
-        return resolve(self.preset, kind, **given)
+        return resolve(self.preset, kind, **self.given)
 
     def templates(self) -> PromptTemplates:
         """The prompt templates, loaded (and checked) now: a bad file fails before any sample runs."""
         return load_prompt_templates(self.prompt_template)
 
 
-#: What each of :class:`TaskOptions` means, in its order: the Args of every task's docstring. README.md's table of
-#: task arguments lists the same names (tests/test_task_arguments.py checks that every list agrees).
-ARGUMENT_DOCS: dict[str, str] = {
-    "preset": 'a named protocol ("cleaner-paper", "cleaner-paper-7b": the authors\' 4B and 7B evaluations).',
-    "saar": "SAAR (rollback) at inference. Unset: the preset's choice, else off.",
-    "saar_prob": "the probability that SAAR is on for a trajectory (paper: 1.0).",
-    "gamma": "SAAR's similarity threshold: at or above it a shallow replacement, below it a deep one (paper: 0.5).",
-    "similarity": 'what SAAR compares, "code" (the two programs) or "call" (the calls as written). Unset: the '
-    "tool environment's.",
-    "max_retries": "SAAR's regenerations per failed call (paper: 3).",
-    "max_turns": "assistant turns per trajectory.",
-    "max_total_tokens": "the response budget in tokens, counted as the tool environment says.",
-    "timeout": "seconds per tool call. Unset: the tool environment's.",
-    "output_chars": "characters of tool output shown to the model. Unset: the tool environment's.",
-    "epochs": "samples per problem: pass@1 is their mean, pass@k for k = epochs is reported too.",
-    "temperature": "the sampling temperature.",
-    "top_p": "the sampling's nucleus mass.",
-    "max_tokens": "tokens per generation. Unset: the provider's default.",
-    "sandbox": 'where programs run ("auto", "local" or "docker").',
-    "data": 'a local file or directory, or "fixture" (default: the hub). A relative path resolves against the task '
-    "file's directory, tasks/ (Inspect runs a task from there).",
-    "seed": "the run's seed: per-(sample, epoch) sampling seeds and the SAAR draw derive from it, the same in both "
-    "SAAR arms (GPQA's choices are shuffled with it too).",
-    "share_prefix": "an id shared by both SAAR arms of one run: the requests they have in common (before SAAR "
-    "first acts) are generated once and read from Inspect's cache by the other arm.",
-    "tool_env": 'the tool environment, "project" or "reference" (Open-CLEANER\'s). Unset: the preset\'s, else project.',
-    "judge": 'the reported accuracy, "lenient" (equivalence; LiveCodeBench\'s official grader) or "reference" (the '
-    "strict box, or code-judge's exact output, on the whole response; the lenient verdict beside it). Unset: the "
-    "preset's, else lenient.",
-    "prompt_template": 'a prompt template file (docs/benchmarks.md, "Prompts"); unset: the project\'s. A relative '
-    "path resolves against tasks/.",
-    "tokenizer": "what a response budget counts tool output with (hub id or path); unset: the model's own.",
-}
+#: The task arguments of :class:`TaskOptions`' own (not the protocol's), in its order.
+RUN_ARGUMENTS = tuple(f.name for f in fields(TaskOptions) if f.name != "given")
+
+
+def _argument_fields() -> list[Field[Any]]:
+    """Every common task argument's field, in the tasks' signature order: the preset, the protocol's settings,
+    then the run's (where and how it runs)."""
+    run = {f.name: f for f in fields(TaskOptions)}
+    protocol = {f.name: f for f in fields(EvalProtocol)}
+    return [run["preset"], *(protocol[n] for n in PROTOCOL_ARGUMENTS), *(run[n] for n in RUN_ARGUMENTS[1:])]
+
+
+#: Every common task argument, in the tasks' signature order.
+COMMON_ARGUMENTS = tuple(f.name for f in _argument_fields())
+
+#: What each common task argument means, in the signature's order: the Args of every task's docstring and the
+#: meaning column of README.md's table (:func:`argument_table`), from the fields' help.
+ARGUMENT_DOCS: dict[str, str] = {f.name: f.metadata["help"] for f in _argument_fields()}
+
+
+def argument_table() -> list[str]:
+    """README.md's table of task arguments (argument, default, meaning), generated from the fields."""
+    rows = ["| argument | default | meaning |", "|---|---|---|"]
+    return rows + [f"| `{f.name}` | {setting_default(f)} | {f.metadata['help']} |" for f in _argument_fields()]
 
 
 def generate_config(protocol: EvalProtocol) -> GenerateConfig:
@@ -204,7 +209,7 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     the tokenizer a response budget counts with) is loaded and checked here, before any sample runs; SIGTERM
     then ends the eval as Ctrl-C does (:func:`end_on_sigterm`). The log's task metadata records the resolved protocol,
     the whole tool environment (``tool_env``), the prompt templates' file and hash (``prompt_template``) and
-    the protocol card (``card``: :mod:`harness.evals.card`). A task on docker records its pool's bound with the
+    the protocol card (``card``: :mod:`harness.reports.card`). A task on docker records its pool's bound with the
     sandbox provider (:func:`sandboxes.inspect_provider.expect_sandboxes`), so that Inspect runs no more samples'
     sandboxes at once than the pool can give.
     """
@@ -288,14 +293,19 @@ SCORERS: dict[Kind, MakeScorer] = {
 
 
 def task_signature(bench: Benchmark) -> inspect.Signature:
-    """The signature of ``bench``'s task: :class:`TaskOptions`' fields, with the benchmark's own arguments after
-    ``data`` (they select among its data, as LiveCodeBench's window does)."""
-    hints = typing.get_type_hints(TaskOptions)
+    """The signature of ``bench``'s task: the common arguments (:data:`COMMON_ARGUMENTS`; the protocol's unset, None),
+    with the benchmark's own arguments after ``data`` (they select among its data, as LiveCodeBench's window does)."""
+    hints = typing.get_type_hints(TaskOptions) | typing.get_type_hints(EvalProtocol)
     common = [
-        inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default, annotation=hints[f.name])
-        for f in fields(TaskOptions)
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=f.default if f.name in RUN_ARGUMENTS else None,
+            annotation=hints[f.name] if f.name in RUN_ARGUMENTS else hints[f.name] | None,
+        )
+        for f in _argument_fields()
     ]
-    after = [p.name for p in common].index("data") + 1
+    after = list(COMMON_ARGUMENTS).index("data") + 1
     return inspect.Signature([*common[:after], *bench.parameters(), *common[after:]], return_annotation=Task)
 
 
