@@ -94,6 +94,9 @@ def readme_task_arguments() -> list[str]:
 def test_every_task_file_is_a_registered_benchmark() -> None:
     assert sorted(p.stem for p in (ROOT / "tasks").glob("*.py")) == sorted(BENCHMARKS)
     assert list(compare.TASKS) == list(NAMES) == list(BENCHMARKS)
+    # the paper's protocol and the warm-model measure: every benchmark today, each by its entry's say
+    assert list(compare.DEFAULT_TASKS) == list(registry.PAPER) == ["aime24", "aime25", "gpqa", "livecodebench"]
+    assert list(registry.WARM_MEASURE) == ["aime24", "aime25", "gpqa", "livecodebench"]
     for name in BENCHMARKS:
         assert compare.task_file(name) == f"{ROOT / 'tasks' / name}.py@{name}"
 
@@ -124,7 +127,7 @@ def test_a_benchmarks_own_arguments_are_its_loaders_and_not_common_ones() -> Non
     assert list(BENCHMARKS["livecodebench"].arguments) == ["start_date", "end_date", "release"]
     with pytest.raises(ValueError, match="its loader takes no \\['window'\\]"):
         aime = BENCHMARKS["aime24"]
-        Benchmark("x", "X", "math", aime.loader, aime.fixture, arguments={"window": "the window"})
+        Benchmark("x", "X", "math", aime.loader, aime.fixture, data="d", score="s", arguments={"window": "w"})
 
 
 # --------------------------------------------------------------------------- one list of task arguments
@@ -286,12 +289,19 @@ def test_a_registered_benchmark_gets_a_task_and_is_compared(tmp_path: Path, monk
         "math",
         tiny_loader(fixture),
         fixture,
+        data="two MATH-style problems",
+        score="the last `\\boxed{}`, equivalence",
         arguments={"subject": "only this subject's problems"},
     )
     monkeypatch.setitem(BENCHMARKS, "tiny", bench)
     monkeypatch.setattr(compare, "TASKS_DIR", tasks_dir)
 
     assert "tiny" in compare.TASKS and list(compare.TASKS)[-1] == "tiny"
+    # a new entry joins neither the paper's set (compare's default) nor the warm-model measure unless it says so
+    assert "tiny" not in compare.DEFAULT_TASKS and "tiny" not in registry.WARM_MEASURE
+    assert (
+        "| `tasks/tiny.py` | two MATH-style problems | the last `\\boxed{}`, equivalence | - |" in registry.task_table()
+    )
     spec = compare.task_file("tiny")
     assert spec == f"{tasks_dir / 'tiny.py'}@tiny"
     assert [p.id for p in registry.load("tiny", path="fixture")] == ["tiny/algebra/1.json", "tiny/prealgebra/2.json"]

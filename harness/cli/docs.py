@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.benchmarks.registry import task_table
 from harness.evals.tasks import argument_table
 
 HELP = "write the docs' generated sections (task arguments, benchmarks) from the code; --check: report stale ones"
@@ -49,6 +50,7 @@ def layout_modules(root: Path = ROOT) -> list[str]:
 
 #: (page, section name) -> what writes the section (its lines)
 SECTIONS: dict[tuple[str, str], Callable[[], list[str]]] = {
+    ("README.md", "tasks"): task_table,
     ("README.md", "task-arguments"): argument_table,
     ("docs/layout.md", "modules"): layout_modules,
 }
