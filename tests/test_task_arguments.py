@@ -29,6 +29,7 @@ from harness.benchmarks import registry
 from harness.benchmarks.datasets import Problem
 from harness.benchmarks.presets import PRESET_ONLY_FIELDS, PROTOCOL_ARGUMENTS, PROTOCOL_FIELDS
 from harness.benchmarks.registry import BENCHMARKS, NAMES, Benchmark
+from harness.cli import generate
 from harness.core.prompts import DEFAULT_TEMPLATES_PATH, PromptTemplates, default_templates
 from harness.evals.tasks import (
     ARGUMENT_DOCS,
@@ -36,7 +37,6 @@ from harness.evals.tasks import (
     RUN_ARGUMENTS,
     TaskOptions,
     registered_task,
-    task_arguments,
     task_signature,
 )
 from harness.reports import compare
@@ -44,23 +44,6 @@ from harness.reports import compare
 ROOT = Path(__file__).resolve().parents[1]
 INSPECT = Path(sys.executable).with_name("inspect")
 COMMON = list(COMMON_ARGUMENTS)
-
-#: A task file as docs/adding-a-benchmark.md shows it, for a benchmark named NAME.
-TASK_FILE = '''"""NAME: a benchmark registered by a test."""
-
-from typing import Any
-
-from inspect_ai import Task, task
-
-from harness.evals.tasks import registered_task, task_arguments
-
-
-@task
-@task_arguments("NAME")
-def NAME(**args: Any) -> Task:
-    """NAME with the shared rollout core."""
-    return registered_task("NAME", **args)
-'''
 
 
 def task_module(path: Path) -> ModuleType:
@@ -111,7 +94,7 @@ def test_a_task_files_signature_and_docstring_are_its_registry_entrys(name: str)
     assert list(signature.parameters) == expected
     assert registry_info(function).metadata["params"] == expected  # what Inspect matches -T arguments with
     assert [signature.parameters[p.name] for p in bench.parameters()] == bench.parameters()  # the loader's defaults
-    doc = function.__doc__ or ""
+    doc = inspect.getdoc(function) or ""
     args = doc[doc.index("\nArgs:\n") :]
     assert re.findall(r"^    (\w+): ", args, flags=re.MULTILINE) == expected
 
@@ -163,8 +146,6 @@ def test_the_readme_table_names_every_common_argument() -> None:
 def test_an_argument_the_task_does_not_take_is_refused() -> None:
     with pytest.raises(TypeError, match="saar_probability"):
         registered_task("aime24", data="fixture", sandbox="local", saar_probability=0.5)
-    with pytest.raises(ValueError, match="must be named 'aime24'"):
-        task_arguments("aime24")(lambda **args: None)  # type: ignore[arg-type, return-value]
 
 
 @pytest.mark.slow
@@ -280,7 +261,6 @@ def test_a_registered_benchmark_gets_a_task_and_is_compared(tmp_path: Path, monk
     fixture.write_text("".join(json.dumps(row) + "\n" for row in TINY_ROWS), encoding="utf-8")
     tasks_dir = tmp_path / "tasks"
     tasks_dir.mkdir()
-    (tasks_dir / "tiny.py").write_text(TASK_FILE.replace("NAME", "tiny"), encoding="utf-8")
     script = tmp_path / "tiny.yaml"
     script.write_text(yaml.safe_dump(TINY_SCRIPT), encoding="utf-8")
     bench = Benchmark(
@@ -295,6 +275,9 @@ def test_a_registered_benchmark_gets_a_task_and_is_compared(tmp_path: Path, monk
     )
     monkeypatch.setitem(BENCHMARKS, "tiny", bench)
     monkeypatch.setattr(compare, "TASKS_DIR", tasks_dir)
+    # its task file, as python -m harness generate writes it for a new entry
+    assert generate.stale(tmp_path, write=True, only=["tasks/tiny.py"]) == ["tasks/tiny.py#task"]
+    assert "def tiny(" in (tasks_dir / "tiny.py").read_text(encoding="utf-8")
 
     assert "tiny" in compare.TASKS and list(compare.TASKS)[-1] == "tiny"
     # a new entry joins neither the paper's set (compare's default) nor the warm-model measure unless it says so

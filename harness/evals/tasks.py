@@ -4,13 +4,12 @@ A task's arguments are settings fields, each with its type, default and help, de
 protocol settings (:class:`harness.benchmarks.presets.EvalProtocol`'s fields; unset means "the preset's, or the
 default") and where and how it runs (:class:`TaskOptions`); a benchmark may add arguments of its own (its
 :class:`~harness.benchmarks.registry.Benchmark` entry's). The tasks' signature, their docstrings' Args
-(:data:`ARGUMENT_DOCS`) and README.md's table (:func:`argument_table`, written by ``python -m harness docs``)
-come from those fields.
+(:data:`ARGUMENT_DOCS`) and README.md's table (:func:`argument_table`) come from those fields.
 
-A task file is a few lines: ``@task`` over a function decorated with :func:`task_arguments`, which gives it
-the benchmark's signature (what Inspect reads for ``-T``) and docstring, and whose body returns
-:func:`registered_task`. :func:`benchmark_task` resolves the protocol for the task's problem kind and records
-it, with the preset's name, in the task's metadata (so in every eval log).
+A task function (``tasks/<name>.py``, :mod:`cleaner.tasks`) is generated from the registry entry and these fields
+(:mod:`harness.evals.task_code`): every argument a named parameter with its type and default, the Args in its
+docstring, and a body that returns :func:`registered_task`. :func:`benchmark_task` resolves the protocol for the
+task's problem kind and records it, with the preset's name, in the task's metadata (so in every eval log).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import threading
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from inspect_ai import Epochs, Task
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -307,36 +306,6 @@ def task_signature(bench: Benchmark) -> inspect.Signature:
     ]
     after = list(COMMON_ARGUMENTS).index("data") + 1
     return inspect.Signature([*common[:after], *bench.parameters(), *common[after:]], return_annotation=Task)
-
-
-def task_docstring(bench: Benchmark, summary: str) -> str:
-    """``summary`` with an Args section: :data:`ARGUMENT_DOCS`, then the benchmark's own arguments."""
-    described = {**ARGUMENT_DOCS, **bench.arguments}
-    lines = [f"    {name}: {described[name]}" for name in task_signature(bench).parameters]
-    return f"{summary.rstrip()}\n\nArgs:\n" + "\n".join(lines) + "\n"
-
-
-TaskFunction = TypeVar("TaskFunction", bound=Callable[..., Task])
-
-
-def task_arguments(name: str) -> Callable[[TaskFunction], TaskFunction]:
-    """Give a task function the signature and the docstring's Args of the registered benchmark ``name``.
-
-    The function (``def <name>(**args: Any) -> Task``, returning :func:`registered_task`) keeps its own
-    summary line; Inspect reads the signature set here for the task's ``-T`` arguments (``@task`` goes above).
-    """
-    bench = benchmark(name)
-
-    def decorate(func: TaskFunction) -> TaskFunction:
-        if func.__name__ != name:
-            raise ValueError(f"the task of benchmark {name!r} must be named {name!r}, not {func.__name__!r}")
-        signature = task_signature(bench)
-        func.__signature__ = signature  # type: ignore[attr-defined]
-        func.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()} | {"return": Task}
-        func.__doc__ = task_docstring(bench, func.__doc__ or f"{bench.title} with the shared rollout core.")
-        return func
-
-    return decorate
 
 
 def registered_task(name: str, **args: Any) -> Task:
