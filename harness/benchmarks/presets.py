@@ -28,15 +28,16 @@ the same sampling (temperature 1.0, top_p 0.6) and limits (16 turns, 20480 respo
 from __future__ import annotations
 
 from dataclasses import Field, asdict, dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from harness.core.problems import Kind, check_kind, rollout_config
 from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig, Similarity
 from harness.core.toolenv import ToolEnv, get_tool_env
 
+#: Which judge sets ``accuracy``: the evaluation judge, or the reference's strict box check on the whole response.
 Judge = Literal["lenient", "reference"]
-JUDGES: tuple[Judge, ...] = ("lenient", "reference")
+JUDGES: tuple[Judge, ...] = get_args(Judge)
 
 #: Protocol fields whose unset value (None) is the tool environment's own.
 TOOL_ENV_FIELDS = ("similarity", "timeout", "output_chars")

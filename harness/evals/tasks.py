@@ -25,22 +25,23 @@ from typing import Any, Literal
 from inspect_ai import Epochs, Task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import GenerateConfig
-from inspect_ai.scorer import Scorer, ScoreReducer
+from inspect_ai.scorer import ScoreReducer
 from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.benchmarks.datasets import Problem
-from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, Judge, resolve, setting, setting_default
+from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, resolve, setting, setting_default
 from harness.benchmarks.registry import Benchmark, benchmark
 from harness.core.problems import Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
 from harness.evals.concurrency import METADATA_KEY, Concurrency, preset_concurrency
-from harness.evals.scorers import code_scorer, gpqa_scorer, math_scorer
+from harness.evals.scorers import SCORERS, MakeScorer
 from harness.evals.solver import saar_agent
 from harness.evals.tokenizers import check_tokenizer
 from harness.reports.card import protocol_card
-from sandboxes.backends import resolve_backend_name
+from sandboxes.backends import BACKEND_NAMES, resolve_backend_name
 from sandboxes.inspect_provider import CleanerSandboxConfig, expect_sandboxes, sandbox_metadata
 
+#: ``-T sandbox``'s values: the sandbox backends' names (:data:`sandboxes.backends.BACKEND_NAMES`, checked by a test).
 SandboxName = Literal["auto", "local", "docker"]
 
 
@@ -148,8 +149,8 @@ def to_samples(problems: Sequence[Problem]) -> MemoryDataset:
 def sandbox_spec(backend: str, concurrency: Concurrency | None = None) -> SandboxEnvironmentSpec:
     """The Inspect sandbox spec for ``-T sandbox=docker|local|auto`` (the project's ``cleaner`` provider), its pool
     sized to ``concurrency`` when given (for ``auto``, to the backend it resolves to now)."""
-    if backend not in ("auto", "local", "docker"):
-        raise ValueError(f"-T sandbox={backend!r}: choose 'auto', 'local' or 'docker'")
+    if backend not in BACKEND_NAMES:
+        raise ValueError(f"-T sandbox={backend!r}: choose one of {', '.join(map(repr, BACKEND_NAMES))}")
     options = concurrency.sandbox_options(resolve_backend_name(backend)) if concurrency else {}
     return SandboxEnvironmentSpec("cleaner", CleanerSandboxConfig(backend=backend, options=options))  # type: ignore[arg-type]
 
@@ -196,8 +197,6 @@ class BenchmarkTask(Task):
 
 #: Loads a task's problems with the given prompt templates.
 LoadProblems = Callable[[PromptTemplates], Sequence[Problem]]
-#: Makes a task's scorer for its problems and the protocol's judge.
-MakeScorer = Callable[[Sequence[Problem], Judge], Scorer]
 
 
 def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions) -> Task:
@@ -283,14 +282,6 @@ def _interrupt(signum: int, frame: Any) -> None:
     handler(signal.SIGINT, frame)
 
 
-#: The scorer of each problem kind, made for the problems and the protocol's judge.
-SCORERS: dict[Kind, MakeScorer] = {
-    "math": lambda problems, judge: math_scorer(judge=judge),
-    "gpqa": lambda problems, judge: gpqa_scorer(judge=judge),
-    "code": lambda problems, judge: code_scorer(problems, judge=judge),
-}
-
-
 def task_signature(bench: Benchmark) -> inspect.Signature:
     """The signature of ``bench``'s task: the common arguments (:data:`COMMON_ARGUMENTS`; the protocol's unset, None),
     with the benchmark's own arguments after ``data`` (they select among its data, as LiveCodeBench's window does)."""
@@ -312,7 +303,7 @@ def registered_task(name: str, **args: Any) -> Task:
     """The task of the registered benchmark ``name`` with its task arguments ``args`` (unset: their defaults).
 
     Its loader gets ``-T data`` as the path, the prompt templates, the common arguments it takes (the entry's
-    ``shared``) and the benchmark's own; the scorer is its problem kind's (:data:`SCORERS`).
+    ``shared``) and the benchmark's own; the scorer is its problem kind's (:data:`harness.evals.scorers.SCORERS`).
 
     Raises:
         TypeError: an argument the task does not take.
