@@ -47,13 +47,13 @@ def gpqa(
 
     Args:
         preset: a named protocol: `cleaner-paper` (the 4B model's), `cleaner-paper-7b` (the 7B model's; below)
-        saar: SAAR (rollback) at inference
+        saar: SAAR (rollback) on
         saar_prob: probability that SAAR is on for a trajectory (the paper's 70/30 curriculum: 0.7)
         gamma: similarity threshold: ≥ γ shallow, < γ deep
         similarity: `code`: ratio between the two programs (the paper; `project`); `call`: between the calls as
             written, from `<tool_call>` to the turn's end (the reference implementation, whose JSON boilerplate
             pushes ratios up; `reference`)
-        max_retries: regenerations per failed turn
+        max_retries: regenerations per failed turn (so at most 4 attempts)
         max_turns: assistant turns per trajectory
         max_total_tokens: the response budget: generated tokens kept (`project`), or every response token, tool
             output included, each generation taking what is left (`reference`)

@@ -126,7 +126,7 @@ def test_the_protocol_arguments_are_evalprotocols_fields() -> None:
     assert all(signature.parameters[name].default is None for name in PROTOCOL_ARGUMENTS)
     options = TaskOptions.of({**dict.fromkeys(COMMON), "sandbox": "local", "seed": 3, "gamma": 0.25})
     assert options.given == {"gamma": 0.25} and (options.sandbox, options.seed) == ("local", 3)
-    assert options.protocol("math").gamma == 0.25 and options.protocol("math").saar is False
+    assert options.protocol("math").saar.gamma == 0.25 and options.protocol("math").saar.enabled is False
     with pytest.raises(ValueError, match="not protocol settings"):
         TaskOptions(given={"gama": 0.25}).protocol("math")
 

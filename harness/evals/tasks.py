@@ -1,9 +1,10 @@
 """The benchmark tasks: their arguments, defined once, and the one builder every ``tasks/<name>.py`` calls.
 
 A task's arguments are settings fields, each with its type, default and help, defined once: a preset name, the
-protocol settings (:class:`harness.benchmarks.presets.EvalProtocol`'s fields; unset means "the preset's, or the
-default") and where and how it runs (:class:`TaskOptions`); a benchmark may add arguments of its own (its
-:class:`~harness.benchmarks.registry.Benchmark` entry's). The tasks' signature, their docstrings' Args
+protocol settings (:class:`harness.benchmarks.presets.EvalProtocol`'s fields, SAAR's those of its
+:class:`~harness.core.saar.SaarConfig`; unset means "the preset's, or the default") and where and how it runs
+(:class:`TaskOptions`); a benchmark may add arguments of its own (its :class:`~harness.benchmarks.registry.Benchmark`
+entry's). The tasks' signature, their docstrings' Args
 (:data:`ARGUMENT_DOCS`) and README.md's table (:func:`argument_table`) come from those fields.
 
 A task function (``tasks/<name>.py``, :mod:`cleaner.tasks`) is generated from the registry entry and these fields
@@ -29,10 +30,11 @@ from inspect_ai.scorer import ScoreReducer
 from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.benchmarks.datasets import Problem
-from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, resolve, setting, setting_default
+from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, protocol_field, protocol_hint, resolve
 from harness.benchmarks.registry import Benchmark, benchmark
 from harness.core.problems import Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
+from harness.core.settings import setting, setting_default, setting_help
 from harness.evals.concurrency import METADATA_KEY, Concurrency, preset_concurrency
 from harness.evals.scorers import SCORERS, MakeScorer
 from harness.evals.solver import saar_agent
@@ -49,10 +51,10 @@ SandboxName = Literal["auto", "local", "docker"]
 class TaskOptions:
     """The arguments every benchmark task takes (``-T name=value``) besides the protocol's settings.
 
-    The protocol settings (:class:`harness.benchmarks.presets.EvalProtocol`'s fields but the preset-only ones,
-    :data:`~harness.benchmarks.presets.PROTOCOL_ARGUMENTS`) are task arguments too, unset by default (None: the
-    preset's value, or the protocol's default); ``given`` holds those a task was given. :func:`task_parameters`
-    orders the two into the tasks' signature.
+    The protocol settings (:data:`~harness.benchmarks.presets.PROTOCOL_ARGUMENTS`: the SAAR arguments and
+    :class:`harness.benchmarks.presets.EvalProtocol`'s other fields but the preset-only ones) are task arguments too,
+    unset by default (None: the preset's value, or the protocol's default); ``given`` holds those a task was given.
+    :func:`task_signature` orders the two into the tasks' signature.
     """
 
     preset: str | None = setting(
@@ -107,26 +109,29 @@ class TaskOptions:
 RUN_ARGUMENTS = tuple(f.name for f in fields(TaskOptions) if f.name != "given")
 
 
-def _argument_fields() -> list[Field[Any]]:
-    """Every common task argument's field, in the tasks' signature order: the preset, the protocol's settings,
-    then the run's (where and how it runs)."""
+def _argument_fields() -> dict[str, Field[Any]]:
+    """Every common task argument's settings field, by argument name, in the tasks' signature order: the preset, the
+    protocol's settings (SAAR's are :class:`~harness.core.saar.SaarConfig`'s fields), then the run's."""
     run = {f.name: f for f in fields(TaskOptions)}
-    protocol = {f.name: f for f in fields(EvalProtocol)}
-    return [run["preset"], *(protocol[n] for n in PROTOCOL_ARGUMENTS), *(run[n] for n in RUN_ARGUMENTS[1:])]
+    return (
+        {"preset": run["preset"]}
+        | {n: protocol_field(n) for n in PROTOCOL_ARGUMENTS}
+        | {n: run[n] for n in RUN_ARGUMENTS[1:]}
+    )
 
 
 #: Every common task argument, in the tasks' signature order.
-COMMON_ARGUMENTS = tuple(f.name for f in _argument_fields())
+COMMON_ARGUMENTS = tuple(_argument_fields())
 
 #: What each common task argument means, in the signature's order: the Args of every task's docstring and the
 #: meaning column of README.md's table (:func:`argument_table`), from the fields' help.
-ARGUMENT_DOCS: dict[str, str] = {f.name: f.metadata["help"] for f in _argument_fields()}
+ARGUMENT_DOCS: dict[str, str] = {name: setting_help(f) for name, f in _argument_fields().items()}
 
 
 def argument_table() -> list[str]:
     """README.md's table of task arguments (argument, default, meaning), generated from the fields."""
     rows = ["| argument | default | meaning |", "|---|---|---|"]
-    return rows + [f"| `{f.name}` | {setting_default(f)} | {f.metadata['help']} |" for f in _argument_fields()]
+    return rows + [f"| `{n}` | {setting_default(f)} | {setting_help(f)} |" for n, f in _argument_fields().items()]
 
 
 def generate_config(protocol: EvalProtocol) -> GenerateConfig:
@@ -232,10 +237,10 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         "seed": options.seed,
         "share_prefix": options.share_prefix,
         # the resolved switches, also at the top level (reports read "saar" from here)
-        "saar": protocol.saar,
-        "saar_prob": protocol.saar_prob,
-        "gamma": protocol.gamma,
-        "similarity": protocol.similarity,
+        "saar": protocol.saar.enabled,
+        "saar_prob": protocol.saar.prob,
+        "gamma": protocol.saar.gamma,
+        "similarity": protocol.saar.similarity,
         # where the programs run (backend, isolation), decided now as the sandbox provider will
         "sandbox": where,
         # samples at once (a preset's; None: Inspect's defaults), read by the idle-engine warning
@@ -285,15 +290,15 @@ def _interrupt(signum: int, frame: Any) -> None:
 def task_signature(bench: Benchmark) -> inspect.Signature:
     """The signature of ``bench``'s task: the common arguments (:data:`COMMON_ARGUMENTS`; the protocol's unset, None),
     with the benchmark's own arguments after ``data`` (they select among its data, as LiveCodeBench's window does)."""
-    hints = typing.get_type_hints(TaskOptions) | typing.get_type_hints(EvalProtocol)
+    run = typing.get_type_hints(TaskOptions)
     common = [
         inspect.Parameter(
-            f.name,
+            name,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            default=f.default if f.name in RUN_ARGUMENTS else None,
-            annotation=hints[f.name] if f.name in RUN_ARGUMENTS else hints[f.name] | None,
+            default=f.default if name in RUN_ARGUMENTS else None,
+            annotation=run[name] if name in RUN_ARGUMENTS else protocol_hint(name) | None,
         )
-        for f in _argument_fields()
+        for name, f in _argument_fields().items()
     ]
     after = list(COMMON_ARGUMENTS).index("data") + 1
     return inspect.Signature([*common[:after], *bench.parameters(), *common[after:]], return_annotation=Task)
