@@ -10,10 +10,18 @@ from dataclasses import Field, field
 from typing import Any
 
 
-def setting(default: Any, help: str, *, shown: str | None = None) -> Any:
-    """A settings field: its default, its help (a sentence or two) and, where the default is not what it means
-    (None for "the tool environment's"), what to show for it."""
-    return field(default=default, metadata={"help": help, "shown": shown})
+def setting(
+    default: Any,
+    help: str,
+    *,
+    shown: str | None = None,
+    minimum: float | None = None,
+    maximum: float | None = None,
+) -> Any:
+    """A settings field: its default, its help (a sentence or two), where the default is not what it means (None for
+    "the tool environment's") what to show for it, and for a number the bounds its reader enforces (``min``,
+    ``max``: a recipe's ``check_fields``)."""
+    return field(default=default, metadata={"help": help, "shown": shown, "min": minimum, "max": maximum})
 
 
 def setting_help(f: Field[Any]) -> str:
