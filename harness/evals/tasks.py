@@ -4,8 +4,8 @@ A task's arguments are settings fields, each with its type, default and help, de
 protocol settings (:class:`harness.benchmarks.presets.EvalProtocol`'s fields, SAAR's those of its
 :class:`~harness.core.saar.SaarConfig`; unset means "the preset's, or the default") and where and how it runs
 (:class:`TaskOptions`); a benchmark may add arguments of its own (its :class:`~harness.benchmarks.registry.Benchmark`
-entry's). The tasks' signature, their docstrings' Args
-(:data:`ARGUMENT_DOCS`) and README.md's table (:func:`argument_table`) come from those fields.
+entry's). The tasks' signature, their docstrings' Args (:data:`ARGUMENT_DOCS`) and README.md's table
+(:func:`argument_table`) come from those fields.
 
 A task function (``tasks/<name>.py``, :mod:`cleaner.tasks`) is generated from the registry entry and these fields
 (:mod:`harness.evals.task_code`): every argument a named parameter with its type and default, the Args in its
