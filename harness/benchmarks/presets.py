@@ -10,19 +10,10 @@ SAAR-off arm of the paper's protocol).
 A preset also runs its whole protocol at once, for a GPU engine (``harness.evals.concurrency``: the task's
 requests, samples in flight and sandbox pool; ``--max-connections`` / ``--max-samples`` override it).
 
-``cleaner-paper`` is the protocol of the CLEANER authors' evaluation scripts (arXiv
-2601.15141, Open-CLEANER): AIME and GPQA with rollback ON at test time (3 retries) and
-16 samples per problem, LiveCodeBench with rollback OFF and 10 samples; temperature 1.0,
-top_p 0.6, 16 turns, 20480 response tokens, 4096 prompt tokens, tool output cut to 256
-characters. Their reported AIME/GPQA numbers therefore include SAAR at inference: this
-preset reproduces their table, and SAAR on vs off under it is the ablation. It is the
-protocol of the 4B model (Qwen3-4B-Instruct-2507, ``eval_qwen3_4b_*.sh``).
-
-``cleaner-paper-7b`` is the protocol of their 7B model's scripts (Qwen2.5-7B-Instruct,
-``eval_qwen2_7b_aime_gpqa.sh``, ``eval_qwen2_7b_livecodebench.sh``): AIME and GPQA with
-rollback OFF and 32 samples per problem, LiveCodeBench with rollback OFF and 10 samples;
-the same sampling (temperature 1.0, top_p 0.6) and limits (16 turns, 20480 response tokens,
-4096 prompt tokens, 256 characters of tool output).
+``cleaner-paper`` is the protocol of the CLEANER authors' evaluation scripts for their 4B model (arXiv 2601.15141,
+Open-CLEANER, ``eval_qwen3_4b_*.sh``), ``cleaner-paper-7b`` that of their 7B model's (``eval_qwen2_7b_*.sh``).
+:data:`PRESETS` states their settings, once; docs/evaluation.md's table of them is generated from it
+(:func:`preset_table`).
 """
 
 from __future__ import annotations
@@ -215,3 +206,19 @@ def resolve(preset: str | None, kind: Kind, **given: Any) -> EvalProtocol:
     else:
         raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(sorted(PRESETS))}")
     return EvalProtocol.of({**base, **{k: v for k, v in given.items() if v is not None}})
+
+
+def preset_table() -> list[str]:
+    """docs/evaluation.md's table of the presets: every protocol setting of each preset's protocol for each problem
+    kind, beside the default protocol's (resolved: what a log's ``protocol`` records)."""
+    columns = [(None, "math", "default")]
+    columns += [(p, k, f"`{p}` {k}") for p in PRESETS for k in PRESETS[p]]
+    resolved = [resolve(preset, kind).to_dict() for preset, kind, _ in columns]
+    rows = ["| setting | " + " | ".join(title for _, _, title in columns) + " |", "|---|" + "---|" * len(columns)]
+    for name in PROTOCOL_FIELDS:
+        rows.append(f"| `{name}` | " + " | ".join(_cell(protocol[name]) for protocol in resolved) + " |")
+    return rows
+
+
+def _cell(value: Any) -> str:
+    return "none" if value is None else f"{str(value).lower() if isinstance(value, bool) else value}"

@@ -2,9 +2,10 @@
 exit 1), so that no list of task arguments, benchmarks or modules is edited by hand.
 
 A generated section sits between ``generated: NAME`` and ``end generated: NAME`` markers (HTML comments in a page,
-``#`` comments in a Python file): README.md's tables of tasks and task arguments, docs/layout.md's modules, each
-registered benchmark's task function in ``tasks/<name>.py`` (a file written anew, under a one-line docstring, where
-none is there) and every task in ``cleaner/tasks.py``. ``tests/test_generated.py`` runs the check.
+``#`` comments in a Python file): README.md's tables of tasks and task arguments, docs/layout.md's modules,
+docs/evaluation.md's presets, each registered benchmark's task function in ``tasks/<name>.py`` (a file written anew,
+under a one-line docstring, where none is there) and every task in ``cleaner/tasks.py``. ``tests/test_generated.py``
+runs the check.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from harness.benchmarks.presets import preset_table
 from harness.benchmarks.registry import BENCHMARKS, task_table
 from harness.evals.task_code import installed_tasks, task_file
 from harness.evals.tasks import argument_table
@@ -57,6 +59,7 @@ def sections() -> list[tuple[str, str, Callable[[], list[str]]]]:
         ("README.md", "tasks", task_table),
         ("README.md", "task-arguments", argument_table),
         ("docs/layout.md", "modules", layout_modules),
+        ("docs/evaluation.md", "presets", preset_table),
         ("cleaner/tasks.py", "tasks", installed_tasks),
     ]
     for name in BENCHMARKS:
