@@ -8,6 +8,7 @@ python -m harness demo                             # the warm model on vLLM (or 
 python -m harness serve smollm2-tools --port 8000   # the model behind vLLM's OpenAI server, on loopback
 python -m harness protocol --preset cleaner-paper --kind gpqa   # the whole resolved protocol (the card)
 python -m harness prompts from-reference ~/Open-CLEANER --out ~/reference-prompts.yaml   # the paper's prompts
+python -m harness generate                         # the docs' tables and the task functions, from the code
 python -m harness trainers warmup                  # = python -m trainers warmup
 python -m harness sandboxes run prog.py            # = python -m sandboxes run prog.py
 
@@ -20,7 +21,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from harness.cli import compare, demo, forward, prompts, regression
+from harness.cli import compare, demo, forward, generate, prompts, regression
 from harness.engines import serve
 from harness.reports import card
 from harness.reports.compare import CompareError
@@ -33,6 +34,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "serve": (serve.add_arguments, serve.run, "serve a local model behind vLLM's OpenAI server on 127.0.0.1"),
     "protocol": (card.add_arguments, card.main, "print the whole resolved protocol of a preset (the card)"),
     "prompts": (prompts.add_arguments, prompts.run, prompts.HELP),
+    "generate": (generate.add_arguments, generate.run, generate.HELP),
 }
 
 

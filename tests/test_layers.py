@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("harness", "sandboxes", "trainers")
+PACKAGES = ("cleaner", "harness", "sandboxes", "trainers")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:

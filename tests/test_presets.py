@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from inspect_ai import eval as inspect_eval
 
-from harness.benchmarks.presets import PRESETS, EvalProtocol, resolve
+from harness.benchmarks.presets import PRESETS, resolve
 from harness.benchmarks.registry import BENCHMARKS
 from harness.core.toolenv import PROJECT
 from harness.reports.compare import arm_from_log
@@ -61,7 +61,7 @@ def test_explicit_arguments_override_the_preset_and_defaults_apply_without_one()
     t = _load("aime24", preset="cleaner-paper", saar=False, epochs=2)
     assert t.metadata["saar"] is False and t.epochs == 2 and t.metadata["protocol"]["max_retries"] == 3
     plain = _load("aime24")
-    assert plain.metadata["preset"] is None and plain.metadata["protocol"] == EvalProtocol().filled().to_dict()
+    assert plain.metadata["preset"] is None and plain.metadata["protocol"] == resolve(None, "math").to_dict()
     assert plain.epochs == 1 and plain.metadata["saar"] is False
 
 
@@ -120,7 +120,7 @@ def test_the_7b_preset_is_in_the_log_and_decides_the_arm(tmp_path: Path, qwen3_t
         os.chdir(cwd)
     assert log.status == "success"
     assert log.eval.metadata["preset"] == "cleaner-paper-7b"
-    assert log.eval.metadata["protocol"] == PRESETS["cleaner-paper-7b"]["gpqa"].filled().to_dict()
+    assert log.eval.metadata["protocol"] == resolve("cleaner-paper-7b", "gpqa").to_dict()
     assert log.eval.metadata["protocol"]["epochs"] == 32 and log.eval.config.epochs == 1
     assert arm_from_log(log).arm == "off"  # no saar argument: the 7B preset leaves rollback off
 

@@ -313,3 +313,21 @@ def test_a_worker_that_does_not_answer_is_a_timeout(monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize(("answer", "target"), [("025", "25"), ("24", "25"), ("\\frac{1}{2}", "0.5"), ("abc", "abc")])
 def test_a_decided_comparison_has_no_timeout(answer: str, target: str) -> None:
     assert not compare_math(answer, target).timed_out
+
+
+def test_the_kind_decides_read_or_run_in_one_place() -> None:
+    """Every kind is read (math, gpqa: scoring.READ_CHECKS) or run (code); the lenient judge, the reference's
+    verdict and the evaluation's scorers follow that one table, and a run kind asked for a read verdict is refused."""
+    from typing import get_args
+
+    from harness.core.problems import KINDS
+    from harness.evals.scorers import SCORERS
+    from harness.evals.tasks import SandboxName
+    from sandboxes.backends import BACKEND_NAMES
+
+    assert [k for k in KINDS if scoring.is_read(k)] == ["math", "gpqa"] and set(SCORERS) == set(KINDS)
+    assert scoring.lenient_check("gpqa", "here") is scoring.gpqa_correct
+    for ask in (lambda: scoring.lenient_reward("x", "1", "code"), lambda: scoring.reference_verdict("x", "1", "code")):
+        with pytest.raises(ValueError, match="kind must be 'math' or 'gpqa', got 'code' \\(code is graded by running"):
+            ask()
+    assert get_args(SandboxName) == BACKEND_NAMES  # -T sandbox's values are the backends'

@@ -16,7 +16,6 @@ import json
 import re
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -30,30 +29,21 @@ from harness.benchmarks import registry
 from harness.benchmarks.datasets import Problem
 from harness.benchmarks.presets import PRESET_ONLY_FIELDS, PROTOCOL_ARGUMENTS, PROTOCOL_FIELDS
 from harness.benchmarks.registry import BENCHMARKS, NAMES, Benchmark
+from harness.cli import generate
 from harness.core.prompts import DEFAULT_TEMPLATES_PATH, PromptTemplates, default_templates
-from harness.evals.tasks import ARGUMENT_DOCS, TaskOptions, registered_task, task_arguments, task_signature
+from harness.evals.tasks import (
+    ARGUMENT_DOCS,
+    COMMON_ARGUMENTS,
+    RUN_ARGUMENTS,
+    TaskOptions,
+    registered_task,
+    task_signature,
+)
 from harness.reports import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 INSPECT = Path(sys.executable).with_name("inspect")
-COMMON = [f.name for f in fields(TaskOptions)]
-
-#: A task file as docs/adding-a-benchmark.md shows it, for a benchmark named NAME.
-TASK_FILE = '''"""NAME: a benchmark registered by a test."""
-
-from typing import Any
-
-from inspect_ai import Task, task
-
-from harness.evals.tasks import registered_task, task_arguments
-
-
-@task
-@task_arguments("NAME")
-def NAME(**args: Any) -> Task:
-    """NAME with the shared rollout core."""
-    return registered_task("NAME", **args)
-'''
+COMMON = list(COMMON_ARGUMENTS)
 
 
 def task_module(path: Path) -> ModuleType:
@@ -87,6 +77,9 @@ def readme_task_arguments() -> list[str]:
 def test_every_task_file_is_a_registered_benchmark() -> None:
     assert sorted(p.stem for p in (ROOT / "tasks").glob("*.py")) == sorted(BENCHMARKS)
     assert list(compare.TASKS) == list(NAMES) == list(BENCHMARKS)
+    # the paper's protocol and the warm-model measure: every benchmark today, each by its entry's say
+    assert list(compare.DEFAULT_TASKS) == list(registry.PAPER) == ["aime24", "aime25", "gpqa", "livecodebench"]
+    assert list(registry.WARM_MEASURE) == ["aime24", "aime25", "gpqa", "livecodebench"]
     for name in BENCHMARKS:
         assert compare.task_file(name) == f"{ROOT / 'tasks' / name}.py@{name}"
 
@@ -101,7 +94,7 @@ def test_a_task_files_signature_and_docstring_are_its_registry_entrys(name: str)
     assert list(signature.parameters) == expected
     assert registry_info(function).metadata["params"] == expected  # what Inspect matches -T arguments with
     assert [signature.parameters[p.name] for p in bench.parameters()] == bench.parameters()  # the loader's defaults
-    doc = function.__doc__ or ""
+    doc = inspect.getdoc(function) or ""
     args = doc[doc.index("\nArgs:\n") :]
     assert re.findall(r"^    (\w+): ", args, flags=re.MULTILINE) == expected
 
@@ -117,18 +110,25 @@ def test_a_benchmarks_own_arguments_are_its_loaders_and_not_common_ones() -> Non
     assert list(BENCHMARKS["livecodebench"].arguments) == ["start_date", "end_date", "release"]
     with pytest.raises(ValueError, match="its loader takes no \\['window'\\]"):
         aime = BENCHMARKS["aime24"]
-        Benchmark("x", "X", "math", aime.loader, aime.fixture, arguments={"window": "the window"})
+        Benchmark("x", "X", "math", aime.loader, aime.fixture, data="d", score="s", arguments={"window": "w"})
 
 
 # --------------------------------------------------------------------------- one list of task arguments
 
 
 def test_the_protocol_arguments_are_evalprotocols_fields() -> None:
-    """TaskOptions holds every EvalProtocol field but the preset-only ones, in EvalProtocol's order, unset."""
-    assert [f for f in COMMON if f in PROTOCOL_FIELDS] == list(PROTOCOL_ARGUMENTS)
+    """The common arguments are the preset, every EvalProtocol field but the preset-only ones (in its order, unset
+    by default) and TaskOptions' own; a given protocol argument reaches the protocol, an unset one does not."""
+    assert COMMON == ["preset", *PROTOCOL_ARGUMENTS, *RUN_ARGUMENTS[1:]]
     assert set(PROTOCOL_FIELDS) - set(PROTOCOL_ARGUMENTS) == set(PRESET_ONLY_FIELDS)
     assert not set(PRESET_ONLY_FIELDS) & set(COMMON)
-    assert all(f.default is None for f in fields(TaskOptions) if f.name in PROTOCOL_FIELDS)
+    signature = task_signature(BENCHMARKS["aime24"])
+    assert all(signature.parameters[name].default is None for name in PROTOCOL_ARGUMENTS)
+    options = TaskOptions.of({**dict.fromkeys(COMMON), "sandbox": "local", "seed": 3, "gamma": 0.25})
+    assert options.given == {"gamma": 0.25} and (options.sandbox, options.seed) == ("local", 3)
+    assert options.protocol("math").saar.gamma == 0.25 and options.protocol("math").saar.enabled is False
+    with pytest.raises(ValueError, match="not protocol settings"):
+        TaskOptions(given={"gama": 0.25}).protocol("math")
 
 
 def test_every_common_argument_is_described_once() -> None:
@@ -146,8 +146,6 @@ def test_the_readme_table_names_every_common_argument() -> None:
 def test_an_argument_the_task_does_not_take_is_refused() -> None:
     with pytest.raises(TypeError, match="saar_probability"):
         registered_task("aime24", data="fixture", sandbox="local", saar_probability=0.5)
-    with pytest.raises(ValueError, match="must be named 'aime24'"):
-        task_arguments("aime24")(lambda **args: None)  # type: ignore[arg-type, return-value]
 
 
 @pytest.mark.slow
@@ -168,12 +166,12 @@ def test_inspect_eval_takes_every_task_argument(tmp_path: Path, qwen3_tokenizer_
         "temperature": 1.0,
         "top_p": 0.6,
         "max_tokens": 20480,
+        "tool_env": "reference",
+        "judge": "reference",
         "sandbox": "local",
         "data": "../harness/data/aime24_fixture.jsonl",  # relative to tasks/, not to the working directory
         "seed": 7,
         "share_prefix": None,  # an id would need the model's weights (the replay model has none)
-        "tool_env": "reference",
-        "judge": "reference",
         "prompt_template": f"../harness/data/prompts/{DEFAULT_TEMPLATES_PATH.name}",
         "tokenizer": qwen3_tokenizer_dir,
     }
@@ -263,7 +261,6 @@ def test_a_registered_benchmark_gets_a_task_and_is_compared(tmp_path: Path, monk
     fixture.write_text("".join(json.dumps(row) + "\n" for row in TINY_ROWS), encoding="utf-8")
     tasks_dir = tmp_path / "tasks"
     tasks_dir.mkdir()
-    (tasks_dir / "tiny.py").write_text(TASK_FILE.replace("NAME", "tiny"), encoding="utf-8")
     script = tmp_path / "tiny.yaml"
     script.write_text(yaml.safe_dump(TINY_SCRIPT), encoding="utf-8")
     bench = Benchmark(
@@ -272,12 +269,22 @@ def test_a_registered_benchmark_gets_a_task_and_is_compared(tmp_path: Path, monk
         "math",
         tiny_loader(fixture),
         fixture,
+        data="two MATH-style problems",
+        score="the last `\\boxed{}`, equivalence",
         arguments={"subject": "only this subject's problems"},
     )
     monkeypatch.setitem(BENCHMARKS, "tiny", bench)
     monkeypatch.setattr(compare, "TASKS_DIR", tasks_dir)
+    # its task file, as python -m harness generate writes it for a new entry
+    assert generate.stale(tmp_path, write=True, only=["tasks/tiny.py"]) == ["tasks/tiny.py#task"]
+    assert "def tiny(" in (tasks_dir / "tiny.py").read_text(encoding="utf-8")
 
     assert "tiny" in compare.TASKS and list(compare.TASKS)[-1] == "tiny"
+    # a new entry joins neither the paper's set (compare's default) nor the warm-model measure unless it says so
+    assert "tiny" not in compare.DEFAULT_TASKS and "tiny" not in registry.WARM_MEASURE
+    assert (
+        "| `tasks/tiny.py` | two MATH-style problems | the last `\\boxed{}`, equivalence | - |" in registry.task_table()
+    )
     spec = compare.task_file("tiny")
     assert spec == f"{tasks_dir / 'tiny.py'}@tiny"
     assert [p.id for p in registry.load("tiny", path="fixture")] == ["tiny/algebra/1.json", "tiny/prealgebra/2.json"]

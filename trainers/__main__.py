@@ -23,7 +23,9 @@ import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+from harness.cli.forward import TRAINERS
 from sandboxes.base import SandboxError
 from trainers.core.faults import EngineDied
 from trainers.core.recipes import Recipe, RecipeError, load_recipe
@@ -70,7 +72,14 @@ def _check(recipe: Recipe, gpu_gib: float | None, *, required: bool) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m trainers", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("launch", help="turn a recipe into the OpenRLHF command and run it (or print it)")
+
+    def command(name: str, **options: Any) -> argparse.ArgumentParser:
+        """A subcommand, with its help from the front door's list (one list of the commands and what they do)."""
+        if name not in TRAINERS:
+            raise KeyError(f"python -m trainers {name}: name it in harness.cli.forward.TRAINERS, with its help")
+        return sub.add_parser(name, help=TRAINERS[name], **options)
+
+    p = command("launch")
     p.add_argument("--recipe", required=True)
     p.add_argument("--dry-run", action="store_true", help="print the command instead of running it")
     p.add_argument(
@@ -82,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--gpu-memory-gib", type=float, default=None, help="the GPU's memory for the check (default: gpu.memory_gib)"
     )
-    p = sub.add_parser("train-cleaner", help="GPU recipe where CUDA + OpenRLHF are present, else the CPU trainer")
+    p = command("train-cleaner")
     p.add_argument("--recipe", default=None)
     p.add_argument(
         "--run", default=None, help="run name under results/train/ (default: a new <recipe>-<timestamp> run)"
@@ -93,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         help="continue the recipe's newest run (or --run NAME) from its latest checkpoint",
     )
     p.add_argument("--cpu", action="store_true", help="use the CPU trainer even where a GPU is present")
-    p = sub.add_parser("prepare-data", help="write Open-AgentRL-30K as OpenRLHF prompt JSONL")
+    p = command("prepare-data")
     p.add_argument("--source", default="Gen-Verse/Open-AgentRL-30K")
     p.add_argument("--out", required=True)
     p.add_argument("--limit", type=int, default=None)
@@ -103,11 +112,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="a prompt template file (YAML or JSON, see docs/benchmarks.md); default: the project's",
     )
-    p = sub.add_parser("plot", help="draw metrics.jsonl as a PNG next to it")
+    p = command("plot")
     p.add_argument("metrics")
-    p = sub.add_parser(
+    p = command(
         "warmup",
-        help="cold-start tool-use SFT of the embedded model (builds embedded/smollm2-tools-sft)",
         epilog="Expert-iteration rounds from this SFT: python -m trainers warmup-iterate --rounds N "
         "(adapters in results/warmup/expert-iteration/round-<k>/, the committed adapter is read, never written; "
         "see docs/models.md). Measure them: python -m trainers warmup-measure --models <dirs> --engine vllm --saar.",
@@ -115,24 +123,13 @@ def _parser() -> argparse.ArgumentParser:
     from trainers.warmup.config import add_arguments as add_warmup_arguments
 
     add_warmup_arguments(p)
-    p = sub.add_parser(
-        "warmup-measure", add_help=False, help="the warm model on held-out problems and fixtures (see --help)"
-    )
-    p = sub.add_parser(
-        "warmup-iterate",
-        add_help=False,
-        help="expert-iteration rounds from the warm model on vLLM, adapters in results/warmup/expert-iteration "
-        "(see --help)",
-    )
-    p = sub.add_parser("ablation", help="train with SAAR on and off from the same warm start; write a report")
+    p = command("warmup-measure", add_help=False)
+    p = command("warmup-iterate", add_help=False)
+    p = command("ablation")
     from trainers.cpu.ablation_config import add_arguments as add_ablation_arguments
 
     add_ablation_arguments(p)
-    p = sub.add_parser(
-        "parity",
-        help="one replay script through the Inspect eval, the OpenRLHF executor and the CPU trainer's rollout: "
-        "print where the paths first differ (exit 1 when they do)",
-    )
+    p = command("parity")
     from trainers.parity import add_arguments as add_parity_arguments
 
     add_parity_arguments(p)

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harness.core.problems import Kind
@@ -422,6 +423,28 @@ def reference_answer(text: str | None) -> str | None:
     return strict_box(text[-STRICT_WINDOW:])
 
 
+#: The one choice of judgement by problem kind: a kind here has its answer read from the text (its lenient check,
+#: the evaluation judge); any other kind (``code``) is graded by running it (:mod:`harness.benchmarks.lcb`). The
+#: evaluation's scorers, the training reward and the reference's verdict ask :func:`is_read` or :func:`lenient_check`.
+READ_CHECKS: dict[Kind, Callable[[str | None, str], bool]] = {"math": math_correct, "gpqa": gpqa_correct}
+
+
+def is_read(kind: Kind) -> bool:
+    """Whether the answers of ``kind`` are read from the text (math, gpqa), not graded by running them (code)."""
+    return kind in READ_CHECKS
+
+
+def lenient_check(kind: Kind, where: str) -> Callable[[str | None, str], bool]:
+    """The evaluation judge of a read kind; a ValueError naming ``where`` for a kind that is run."""
+    check = READ_CHECKS.get(kind)
+    if check is None:
+        read = " or ".join(repr(k) for k in READ_CHECKS)
+        raise ValueError(
+            f"{where}: kind must be {read}, got {kind!r} (code is graded by running it: harness.benchmarks.lcb)"
+        )
+    return check
+
+
 def reference_verdict(response: str | None, target: str, kind: Kind) -> bool:
     """The reference's accuracy judgement of a whole response: :func:`strict_reward` is +1.
 
@@ -433,25 +456,18 @@ def reference_verdict(response: str | None, target: str, kind: Kind) -> bool:
     judged by the same rule, the target being the correct letter: ``\\boxed{C}`` for ``C``.
     Code is graded by running it (:mod:`harness.benchmarks.lcb`), not here.
     """
-    if kind not in ("math", "gpqa"):
-        raise ValueError(f"reference_verdict: kind must be 'math' or 'gpqa', got {kind!r} (code is run, not read)")
+    lenient_check(kind, "reference_verdict")
     return strict_reward(response, target) > 0
 
 
 def lenient_reward(completion: str | None, target: str, kind: Kind = "math") -> float:
     """+1/-1 from the evaluation judge (equivalence) instead of string equality."""
-    if kind == "math":
-        return 1.0 if math_correct(completion, target) else -1.0
-    if kind == "gpqa":
-        return 1.0 if gpqa_correct(completion, target) else -1.0
-    raise ValueError(
-        f"lenient_reward: kind must be 'math' or 'gpqa', got {kind!r} (code is graded by harness.benchmarks.lcb)"
-    )
+    return 1.0 if lenient_check(kind, "lenient_reward")(completion, target) else -1.0
 
 
 def is_correct(completion: str | None, target: str, kind: Kind) -> bool:
     """Evaluation judge by problem kind (math or gpqa)."""
-    return lenient_reward(completion, target, kind) > 0
+    return lenient_check(kind, "is_correct")(completion, target)
 
 
 # --------------------------------------------------------------------------- code

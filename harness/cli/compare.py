@@ -17,13 +17,18 @@ import yaml
 
 from harness.benchmarks.presets import PRESETS
 from harness.cli.options import add_share_prefix, run_name
-from harness.reports.compare import TASKS, CompareError
+from harness.reports.compare import DEFAULT_TASKS, TASKS, CompareError
 
 HELP = "run or read the SAAR-on and SAAR-off arms and write the ablation report"
 
 
 def add_arguments(c: argparse.ArgumentParser) -> None:
-    c.add_argument("--tasks", nargs="+", default=list(TASKS), help=f"task names ({', '.join(TASKS)}) or task files")
+    c.add_argument(
+        "--tasks",
+        nargs="+",
+        default=list(DEFAULT_TASKS),
+        help=f"task names ({', '.join(TASKS)}) or task files (default: the paper's, {' '.join(DEFAULT_TASKS)})",
+    )
     c.add_argument("--model", help="Inspect model; {task} is replaced by the task name (replay/{task}.yaml)")
     c.add_argument("--from-logs", nargs="+", metavar="DIR", help="report on existing eval logs instead of running")
     c.add_argument("--arms", nargs="+", default=["off", "on"], choices=["off", "on"])

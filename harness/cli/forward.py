@@ -3,8 +3,9 @@
 the same arguments and exit status.
 
 The harness never imports the trainers (they sit above it: ``[tool.importlinter]`` in pyproject.toml), and the
-front door's parser imports neither package: their commands are named here, and ``tests/test_cli.py`` checks these
-lists against both packages' own parsers.
+front door's parser imports neither package: their commands are named here. :data:`TRAINERS` is the one list of
+``python -m trainers``'s commands: its parser takes each command's help from it and refuses a command not named in
+it; ``tests/test_cli.py`` checks both lists against the packages' own parsers.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, Protocol
 
 from harness.core.messages import Generation, Message
+from harness.core.settings import setting
 from harness.core.toolenv import Similarity, ToolEnv
 
 Action = Literal["shallow", "deep", "no_call", "length", "max_turns", "exhausted", "cap"]
@@ -39,14 +40,22 @@ Action = Literal["shallow", "deep", "no_call", "length", "max_turns", "exhausted
 
 @dataclass(frozen=True)
 class SaarConfig:
-    """SAAR switch and parameters (defaults: the paper and the reference scripts)."""
+    """SAAR's switch and parameters (defaults: the paper and the reference scripts): a recipe's ``saar`` mapping, and
+    an evaluation protocol's SAAR (its task arguments ``saar``, ``saar_prob``, ``gamma``, ``similarity``,
+    ``max_retries``: :data:`harness.benchmarks.presets.SAAR_ARGUMENTS`)."""
 
-    enabled: bool = False
-    prob: float = 1.0  #: probability that SAAR is on for a trajectory (the 70/30 curriculum: 0.7)
-    gamma: float = 0.5  #: similarity threshold between shallow and deep replacement
-    max_retries: int = 3  #: regenerations per failed turn (so at most 4 attempts)
-    similarity: Similarity = "code"  #: "code": the paper; "call": the reference's whole serialized call
-    max_attempts: int = 30  #: tool attempts per trajectory after which rollback turns off
+    enabled: bool = setting(False, "SAAR (rollback) on")
+    prob: float = setting(1.0, "probability that SAAR is on for a trajectory (the paper's 70/30 curriculum: 0.7)")
+    gamma: float = setting(0.5, "similarity threshold: ≥ γ shallow, < γ deep")
+    max_retries: int = setting(3, "regenerations per failed turn (so at most 4 attempts)")
+    similarity: Similarity = setting(
+        "code",
+        "`code`: ratio between the two programs (the paper; `project`); `call`: between the calls as written, from "
+        "`<tool_call>` to the turn's end (the reference implementation, whose JSON boilerplate pushes ratios up; "
+        "`reference`)",
+        shown="the tool env's",
+    )
+    max_attempts: int = setting(30, "tool attempts per trajectory after which rollback turns off")
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.prob <= 1.0:

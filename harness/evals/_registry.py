@@ -1,4 +1,4 @@
-"""Inspect entry point (``[project.entry-points.inspect_ai]``): model and sandbox providers.
+"""The model and sandbox providers, registered with Inspect by the entry point (:mod:`cleaner.tasks` imports this).
 
 Providers are registered with factories that import lazily, as Inspect's own
 providers are, so that listing tasks does not load torch.

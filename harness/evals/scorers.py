@@ -34,22 +34,20 @@ give ``--scorer harness/evals/scorers.py@math_scorer``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Literal, get_args
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import TaskState
 
 from harness.benchmarks import lcb, scoring
 from harness.benchmarks.datasets import Problem
+from harness.benchmarks.presets import JUDGES, Judge
 from harness.core.metrics import TrajectoryMetrics
+from harness.core.problems import Kind
 from harness.core.response import response_text
 from harness.evals.convert import from_inspect
 from harness.evals.solver import TRAJECTORY, current_sandbox
-
-#: Which judge sets ``accuracy``: the evaluation judge, or the reference's strict box check on the whole response.
-Judge = Literal["lenient", "reference"]
-JUDGES: tuple[Judge, ...] = get_args(Judge)
 
 METRICS: dict[str, Any] = {
     "accuracy": [mean(), stderr()],
@@ -201,3 +199,15 @@ def code_scorer(problems: Sequence[Problem], judge: Judge = "lenient", timeout_p
         return result
 
     return score
+
+
+#: Makes a task's scorer for its problems and the protocol's judge.
+MakeScorer = Callable[[Sequence[Problem], Judge], Scorer]
+
+#: The scorer of each problem kind, made for the problems and the protocol's judge: a read kind's
+#: (:func:`harness.benchmarks.scoring.is_read`) reads the answer, code's runs it.
+SCORERS: dict[Kind, MakeScorer] = {
+    "math": lambda problems, judge: math_scorer(judge=judge),
+    "gpqa": lambda problems, judge: gpqa_scorer(judge=judge),
+    "code": lambda problems, judge: code_scorer(problems, judge=judge),
+}

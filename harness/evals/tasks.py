@@ -1,14 +1,16 @@
 """The benchmark tasks: their arguments, defined once, and the one builder every ``tasks/<name>.py`` calls.
 
-A task's arguments are :class:`TaskOptions`' fields: a preset name, the protocol settings
-(:class:`harness.benchmarks.presets.EvalProtocol`; ``None`` means "the preset's, or the default"), where it
-runs (data, sandbox, seed) and how it is measured; a benchmark may add arguments of its own (its
-:class:`~harness.benchmarks.registry.Benchmark` entry's). :data:`ARGUMENT_DOCS` says what each means.
+A task's arguments are settings fields, each with its type, default and help, defined once: a preset name, the
+protocol settings (:class:`harness.benchmarks.presets.EvalProtocol`'s fields, SAAR's those of its
+:class:`~harness.core.saar.SaarConfig`; unset means "the preset's, or the default") and where and how it runs
+(:class:`TaskOptions`); a benchmark may add arguments of its own (its :class:`~harness.benchmarks.registry.Benchmark`
+entry's). The tasks' signature, their docstrings' Args (:data:`ARGUMENT_DOCS`) and README.md's table
+(:func:`argument_table`) come from those fields.
 
-A task file is a few lines: ``@task`` over a function decorated with :func:`task_arguments`, which gives it
-the benchmark's signature (what Inspect reads for ``-T``) and docstring, and whose body returns
-:func:`registered_task`. :func:`benchmark_task` resolves the protocol for the task's problem kind and records
-it, with the preset's name, in the task's metadata (so in every eval log).
+A task function (``tasks/<name>.py``, :mod:`cleaner.tasks`) is generated from the registry entry and these fields
+(:mod:`harness.evals.task_code`): every argument a named parameter with its type and default, the Args in its
+docstring, and a body that returns :func:`registered_task`. :func:`benchmark_task` resolves the protocol for the
+task's problem kind and records it, with the preset's name, in the task's metadata (so in every eval log).
 """
 
 from __future__ import annotations
@@ -18,110 +20,120 @@ import signal
 import threading
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal, TypeVar
+from dataclasses import Field, dataclass, field, fields
+from typing import Any, Literal
 
 from inspect_ai import Epochs, Task
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import GenerateConfig
-from inspect_ai.scorer import Scorer, ScoreReducer
+from inspect_ai.scorer import ScoreReducer
 from inspect_ai.util import SandboxEnvironmentSpec
 
 from harness.benchmarks.datasets import Problem
-from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, Judge, resolve
+from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, protocol_field, protocol_hint, resolve
 from harness.benchmarks.registry import Benchmark, benchmark
 from harness.core.problems import Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
-from harness.core.saar import Similarity
+from harness.core.settings import setting, setting_default, setting_help
 from harness.evals.concurrency import METADATA_KEY, Concurrency, preset_concurrency
-from harness.evals.scorers import code_scorer, gpqa_scorer, math_scorer
+from harness.evals.scorers import SCORERS, MakeScorer
 from harness.evals.solver import saar_agent
 from harness.evals.tokenizers import check_tokenizer
 from harness.reports.card import protocol_card
-from sandboxes.backends import resolve_backend_name
+from sandboxes.backends import BACKEND_NAMES, resolve_backend_name
 from sandboxes.inspect_provider import CleanerSandboxConfig, expect_sandboxes, sandbox_metadata
 
+#: ``-T sandbox``'s values: the sandbox backends' names (:data:`sandboxes.backends.BACKEND_NAMES`, checked by a test).
 SandboxName = Literal["auto", "local", "docker"]
 
 
 @dataclass(frozen=True)
 class TaskOptions:
-    """The arguments every benchmark task takes (``-T name=value``), in the tasks' signature order.
+    """The arguments every benchmark task takes (``-T name=value``) besides the protocol's settings.
 
-    ``None``: the preset's value, or the default. What each means: :data:`ARGUMENT_DOCS`. The protocol
-    settings among them are :data:`harness.benchmarks.presets.PROTOCOL_ARGUMENTS`, in the same order.
+    The protocol settings (:data:`~harness.benchmarks.presets.PROTOCOL_ARGUMENTS`: the SAAR arguments and
+    :class:`harness.benchmarks.presets.EvalProtocol`'s other fields but the preset-only ones) are task arguments too,
+    unset by default (None: the preset's value, or the protocol's default); ``given`` holds those a task was given.
+    :func:`task_signature` orders the two into the tasks' signature.
     """
 
-    preset: str | None = None
-    saar: bool | None = None
-    saar_prob: float | None = None
-    gamma: float | None = None
-    similarity: Similarity | None = None
-    max_retries: int | None = None
-    max_turns: int | None = None
-    max_total_tokens: int | None = None
-    timeout: float | None = None
-    output_chars: int | None = None
-    epochs: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    max_tokens: int | None = None
-    sandbox: SandboxName = "auto"
-    data: str | None = None
-    seed: int = 0
-    share_prefix: str | None = None
-    tool_env: str | None = None
-    judge: Judge | None = None
-    prompt_template: str | None = None
-    tokenizer: str | None = None
+    preset: str | None = setting(
+        None, "a named protocol: `cleaner-paper` (the 4B model's), `cleaner-paper-7b` (the 7B model's; below)"
+    )
+    sandbox: SandboxName = setting(
+        "auto",
+        "`docker`, `local`, or `auto` (docker when an engine and the image are there; the `reference` tool "
+        "environment has an image of its own: `python -m sandboxes.image build --variant reference`)",
+    )
+    data: str | None = setting(
+        None,
+        "a local file or directory with the upstream schema (a relative path resolves against `tasks/`), the "
+        "reference's `.parquet`, or `fixture`",
+        shown="hub",
+    )
+    seed: int = setting(
+        0, "the run's seed (and the GPQA shuffle): each (sample, epoch) samples from its own seed derived from it"
+    )
+    share_prefix: str | None = setting(
+        None,
+        "an id both SAAR arms of one run pass: a request the arms have in common (before SAAR first acts) is "
+        "generated once and read from Inspect's cache by the other arm (`compare` and `demo` set it)",
+    )
+    prompt_template: str | None = setting(
+        None,
+        'a prompt template file (`docs/benchmarks.md`, "Prompts"); a relative path resolves against `tasks/`; its '
+        "sha256 is in the log",
+        shown="the project's",
+    )
+    tokenizer: str | None = setting(
+        None,
+        "what a `reference` budget counts tool output with: a hub id or a path (needed for models whose name is not "
+        "one, e.g. `replay/`)",
+        shown="the model's",
+    )
+    given: Mapping[str, Any] = field(default_factory=dict)  # the protocol settings given (not None)
 
     @classmethod
     def of(cls, args: Mapping[str, Any]) -> TaskOptions:
-        """The options among a task function's arguments (its ``locals()``); the rest are the task's own."""
-        return cls(**{f.name: args[f.name] for f in fields(cls) if f.name in args})
+        """The options among a task function's arguments; the rest are the benchmark's own."""
+        given = {k: args[k] for k in PROTOCOL_ARGUMENTS if args.get(k) is not None}
+        return cls(**{name: args[name] for name in RUN_ARGUMENTS if name in args}, given=given)
 
     def protocol(self, kind: Kind) -> EvalProtocol:
-        given = {k: v for k, v in asdict(self).items() if k in PROTOCOL_ARGUMENTS}
-        return resolve(self.preset, kind, **given)
+        return resolve(self.preset, kind, **self.given)
 
     def templates(self) -> PromptTemplates:
         """The prompt templates, loaded (and checked) now: a bad file fails before any sample runs."""
         return load_prompt_templates(self.prompt_template)
 
 
-#: What each of :class:`TaskOptions` means, in its order: the Args of every task's docstring. README.md's table of
-#: task arguments lists the same names (tests/test_task_arguments.py checks that every list agrees).
-ARGUMENT_DOCS: dict[str, str] = {
-    "preset": 'a named protocol ("cleaner-paper", "cleaner-paper-7b": the authors\' 4B and 7B evaluations).',
-    "saar": "SAAR (rollback) at inference. Unset: the preset's choice, else off.",
-    "saar_prob": "the probability that SAAR is on for a trajectory (paper: 1.0).",
-    "gamma": "SAAR's similarity threshold: at or above it a shallow replacement, below it a deep one (paper: 0.5).",
-    "similarity": 'what SAAR compares, "code" (the two programs) or "call" (the calls as written). Unset: the '
-    "tool environment's.",
-    "max_retries": "SAAR's regenerations per failed call (paper: 3).",
-    "max_turns": "assistant turns per trajectory.",
-    "max_total_tokens": "the response budget in tokens, counted as the tool environment says.",
-    "timeout": "seconds per tool call. Unset: the tool environment's.",
-    "output_chars": "characters of tool output shown to the model. Unset: the tool environment's.",
-    "epochs": "samples per problem: pass@1 is their mean, pass@k for k = epochs is reported too.",
-    "temperature": "the sampling temperature.",
-    "top_p": "the sampling's nucleus mass.",
-    "max_tokens": "tokens per generation. Unset: the provider's default.",
-    "sandbox": 'where programs run ("auto", "local" or "docker").',
-    "data": 'a local file or directory, or "fixture" (default: the hub). A relative path resolves against the task '
-    "file's directory, tasks/ (Inspect runs a task from there).",
-    "seed": "the run's seed: per-(sample, epoch) sampling seeds and the SAAR draw derive from it, the same in both "
-    "SAAR arms (GPQA's choices are shuffled with it too).",
-    "share_prefix": "an id shared by both SAAR arms of one run: the requests they have in common (before SAAR "
-    "first acts) are generated once and read from Inspect's cache by the other arm.",
-    "tool_env": 'the tool environment, "project" or "reference" (Open-CLEANER\'s). Unset: the preset\'s, else project.',
-    "judge": 'the reported accuracy, "lenient" (equivalence; LiveCodeBench\'s official grader) or "reference" (the '
-    "strict box, or code-judge's exact output, on the whole response; the lenient verdict beside it). Unset: the "
-    "preset's, else lenient.",
-    "prompt_template": 'a prompt template file (docs/benchmarks.md, "Prompts"); unset: the project\'s. A relative '
-    "path resolves against tasks/.",
-    "tokenizer": "what a response budget counts tool output with (hub id or path); unset: the model's own.",
-}
+#: The task arguments of :class:`TaskOptions`' own (not the protocol's), in its order.
+RUN_ARGUMENTS = tuple(f.name for f in fields(TaskOptions) if f.name != "given")
+
+
+def _argument_fields() -> dict[str, Field[Any]]:
+    """Every common task argument's settings field, by argument name, in the tasks' signature order: the preset, the
+    protocol's settings (SAAR's are :class:`~harness.core.saar.SaarConfig`'s fields), then the run's."""
+    run = {f.name: f for f in fields(TaskOptions)}
+    return (
+        {"preset": run["preset"]}
+        | {n: protocol_field(n) for n in PROTOCOL_ARGUMENTS}
+        | {n: run[n] for n in RUN_ARGUMENTS[1:]}
+    )
+
+
+#: Every common task argument, in the tasks' signature order.
+COMMON_ARGUMENTS = tuple(_argument_fields())
+
+#: What each common task argument means, in the signature's order: the Args of every task's docstring and the
+#: meaning column of README.md's table (:func:`argument_table`), from the fields' help.
+ARGUMENT_DOCS: dict[str, str] = {name: setting_help(f) for name, f in _argument_fields().items()}
+
+
+def argument_table() -> list[str]:
+    """README.md's table of task arguments (argument, default, meaning), generated from the fields."""
+    rows = ["| argument | default | meaning |", "|---|---|---|"]
+    return rows + [f"| `{n}` | {setting_default(f)} | {setting_help(f)} |" for n, f in _argument_fields().items()]
 
 
 def generate_config(protocol: EvalProtocol) -> GenerateConfig:
@@ -145,8 +157,8 @@ def sandbox_spec(backend: str, runtime: str, concurrency: Concurrency | None = N
     """The Inspect sandbox spec for ``-T sandbox=docker|local|auto`` (the project's ``cleaner`` provider), its programs
     meeting ``runtime`` (the tool environment's), its pool sized to ``concurrency`` when given (for ``auto``, to the
     backend it resolves to now)."""
-    if backend not in ("auto", "local", "docker"):
-        raise ValueError(f"-T sandbox={backend!r}: choose 'auto', 'local' or 'docker'")
+    if backend not in BACKEND_NAMES:
+        raise ValueError(f"-T sandbox={backend!r}: choose one of {', '.join(map(repr, BACKEND_NAMES))}")
     options = concurrency.sandbox_options(resolve_backend_name(backend, runtime)) if concurrency else {}
     config = CleanerSandboxConfig(backend=backend, options=options, runtime=runtime)  # type: ignore[arg-type]
     return SandboxEnvironmentSpec("cleaner", config)
@@ -194,8 +206,6 @@ class BenchmarkTask(Task):
 
 #: Loads a task's problems with the given prompt templates.
 LoadProblems = Callable[[PromptTemplates], Sequence[Problem]]
-#: Makes a task's scorer for its problems and the protocol's judge.
-MakeScorer = Callable[[Sequence[Problem], Judge], Scorer]
 
 
 def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions) -> Task:
@@ -206,7 +216,7 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     the tokenizer a response budget counts with) is loaded and checked here, before any sample runs; SIGTERM
     then ends the eval as Ctrl-C does (:func:`end_on_sigterm`). The log's task metadata records the resolved protocol,
     the whole tool environment (``tool_env``), the prompt templates' file and hash (``prompt_template``) and
-    the protocol card (``card``: :mod:`harness.evals.card`). A task on docker records its pool's bound with the
+    the protocol card (``card``: :mod:`harness.reports.card`). A task on docker records its pool's bound with the
     sandbox provider (:func:`sandboxes.inspect_provider.expect_sandboxes`), so that Inspect runs no more samples'
     sandboxes at once than the pool can give.
     """
@@ -231,10 +241,10 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         "seed": options.seed,
         "share_prefix": options.share_prefix,
         # the resolved switches, also at the top level (reports read "saar" from here)
-        "saar": protocol.saar,
-        "saar_prob": protocol.saar_prob,
-        "gamma": protocol.gamma,
-        "similarity": protocol.similarity,
+        "saar": protocol.saar.enabled,
+        "saar_prob": protocol.saar.prob,
+        "gamma": protocol.saar.gamma,
+        "similarity": protocol.saar.similarity,
         # where the programs run (backend, isolation), decided now as the sandbox provider will
         "sandbox": where,
         # samples at once (a preset's; None: Inspect's defaults), read by the idle-engine warning
@@ -281,61 +291,28 @@ def _interrupt(signum: int, frame: Any) -> None:
     handler(signal.SIGINT, frame)
 
 
-#: The scorer of each problem kind, made for the problems and the protocol's judge.
-SCORERS: dict[Kind, MakeScorer] = {
-    "math": lambda problems, judge: math_scorer(judge=judge),
-    "gpqa": lambda problems, judge: gpqa_scorer(judge=judge),
-    "code": lambda problems, judge: code_scorer(problems, judge=judge),
-}
-
-
 def task_signature(bench: Benchmark) -> inspect.Signature:
-    """The signature of ``bench``'s task: :class:`TaskOptions`' fields, with the benchmark's own arguments after
-    ``data`` (they select among its data, as LiveCodeBench's window does)."""
-    hints = typing.get_type_hints(TaskOptions)
+    """The signature of ``bench``'s task: the common arguments (:data:`COMMON_ARGUMENTS`; the protocol's unset, None),
+    with the benchmark's own arguments after ``data`` (they select among its data, as LiveCodeBench's window does)."""
+    run = typing.get_type_hints(TaskOptions)
     common = [
-        inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=f.default, annotation=hints[f.name])
-        for f in fields(TaskOptions)
+        inspect.Parameter(
+            name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=f.default if name in RUN_ARGUMENTS else None,
+            annotation=run[name] if name in RUN_ARGUMENTS else protocol_hint(name) | None,
+        )
+        for name, f in _argument_fields().items()
     ]
-    after = [p.name for p in common].index("data") + 1
+    after = list(COMMON_ARGUMENTS).index("data") + 1
     return inspect.Signature([*common[:after], *bench.parameters(), *common[after:]], return_annotation=Task)
-
-
-def task_docstring(bench: Benchmark, summary: str) -> str:
-    """``summary`` with an Args section: :data:`ARGUMENT_DOCS`, then the benchmark's own arguments."""
-    described = {**ARGUMENT_DOCS, **bench.arguments}
-    lines = [f"    {name}: {described[name]}" for name in task_signature(bench).parameters]
-    return f"{summary.rstrip()}\n\nArgs:\n" + "\n".join(lines) + "\n"
-
-
-TaskFunction = TypeVar("TaskFunction", bound=Callable[..., Task])
-
-
-def task_arguments(name: str) -> Callable[[TaskFunction], TaskFunction]:
-    """Give a task function the signature and the docstring's Args of the registered benchmark ``name``.
-
-    The function (``def <name>(**args: Any) -> Task``, returning :func:`registered_task`) keeps its own
-    summary line; Inspect reads the signature set here for the task's ``-T`` arguments (``@task`` goes above).
-    """
-    bench = benchmark(name)
-
-    def decorate(func: TaskFunction) -> TaskFunction:
-        if func.__name__ != name:
-            raise ValueError(f"the task of benchmark {name!r} must be named {name!r}, not {func.__name__!r}")
-        signature = task_signature(bench)
-        func.__signature__ = signature  # type: ignore[attr-defined]
-        func.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()} | {"return": Task}
-        func.__doc__ = task_docstring(bench, func.__doc__ or f"{bench.title} with the shared rollout core.")
-        return func
-
-    return decorate
 
 
 def registered_task(name: str, **args: Any) -> Task:
     """The task of the registered benchmark ``name`` with its task arguments ``args`` (unset: their defaults).
 
     Its loader gets ``-T data`` as the path, the prompt templates, the common arguments it takes (the entry's
-    ``shared``) and the benchmark's own; the scorer is its problem kind's (:data:`SCORERS`).
+    ``shared``) and the benchmark's own; the scorer is its problem kind's (:data:`harness.evals.scorers.SCORERS`).
 
     Raises:
         TypeError: an argument the task does not take.

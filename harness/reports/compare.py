@@ -24,14 +24,16 @@ from typing import Any
 from inspect_ai.event import ModelEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
-from harness.benchmarks.registry import NAMES
+from harness.benchmarks.registry import NAMES, PAPER
 from harness.core.environ import temporary_environ
 from harness.core.metrics import TrajectoryMetrics
 from harness.engines.launch_check import EngineCommandMissing, check_sglang_command, sglang_would_start
 
 #: The registered benchmarks (harness.benchmarks.registry), each with its task in ``tasks/``: the names
-#: ``compare`` accepts and runs by default (a live view: a benchmark registered later is in it).
+#: ``compare`` accepts (a live view: a benchmark registered later is in it).
 TASKS = NAMES
+#: The benchmarks ``compare`` runs by default: the paper's protocol (the registry's ``paper`` entries).
+DEFAULT_TASKS = PAPER
 
 #: Arm labels: SAAR switched on for the task (``-T saar=true``) or off.
 ARMS = ("off", "on")

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, get_origin, get_type_hints
 
 from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig, Similarity
+from harness.core.settings import setting
 from harness.core.toolenv import ToolEnv, get_tool_env
 from trainers.core.faults import FAILED_ROLLOUT_LIMIT, FAILED_ROLLOUT_WINDOW, SANDBOX_RETRIES
 
@@ -167,11 +168,6 @@ class ExecutorConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def _help(default: Any, text: str, *, minimum: float | None = None, maximum: float | None = None) -> Any:
-    """A dataclass field with its help text and, for numbers, the bounds :func:`check_fields` enforces."""
-    return field(default=default, metadata={"help": text, "min": minimum, "max": maximum})
-
-
 def check_fields(cfg: Any, prefix: str) -> None:
     """Check every field of a dataclass against its type and the bounds in its metadata.
 
@@ -194,61 +190,61 @@ def check_fields(cfg: Any, prefix: str) -> None:
 class CpuConfig:
     """The ``cpu:`` section of a recipe: the CPU embedded trainer (:mod:`trainers.cpu.trainer`)."""
 
-    steps: int = _help(4, "optimizer steps of the run", minimum=1)
-    prompts_per_step: int = _help(2, "distinct problems per step", minimum=1)
-    num_generations: int = _help(4, "rollouts per problem: the GRPO group, normalised together", minimum=2)
-    max_new_tokens: int = _help(96, "tokens generated per assistant turn", minimum=1)
-    max_total_tokens: int = _help(768, "tokens per trajectory, prompt and every turn included", minimum=16)
-    temperature: float = _help(0.9, "sampling temperature of rollouts", minimum=0.0)
-    top_p: float = _help(0.95, "nucleus sampling mass of rollouts", minimum=0.01, maximum=1.0)
-    learning_rate: float = _help(5e-5, "AdamW learning rate of the LoRA weights", minimum=0.0)
-    lora_r: int = _help(8, "LoRA rank (all linear layers)", minimum=1)
-    lora_alpha: int = _help(16, "LoRA scale numerator", minimum=1)
-    clip_low: float = _help(
+    steps: int = setting(4, "optimizer steps of the run", minimum=1)
+    prompts_per_step: int = setting(2, "distinct problems per step", minimum=1)
+    num_generations: int = setting(4, "rollouts per problem: the GRPO group, normalised together", minimum=2)
+    max_new_tokens: int = setting(96, "tokens generated per assistant turn", minimum=1)
+    max_total_tokens: int = setting(768, "tokens per trajectory, prompt and every turn included", minimum=16)
+    temperature: float = setting(0.9, "sampling temperature of rollouts", minimum=0.0)
+    top_p: float = setting(0.95, "nucleus sampling mass of rollouts", minimum=0.01, maximum=1.0)
+    learning_rate: float = setting(5e-5, "AdamW learning rate of the LoRA weights", minimum=0.0)
+    lora_r: int = setting(8, "LoRA rank (all linear layers)", minimum=1)
+    lora_alpha: int = setting(16, "LoRA scale numerator", minimum=1)
+    clip_low: float = setting(
         0.2,
         "PPO clip below 1 (CLEANER: 0.2). No effect in this trainer: it takes one optimizer step per batch of "
         "rollouts, with log-probs from the policy it updates, so the ratio is exactly 1 and never clipped",
         minimum=0.0,
     )
-    clip_high: float = _help(
+    clip_high: float = setting(
         0.28,
         "PPO clip above 1 (CLEANER: 0.28, DAPO's clip-higher). No effect in this trainer, as clip_low",
         minimum=0.0,
     )
-    save_steps: int = _help(1, "checkpoint every N steps (0: no checkpoints, so no --resume)", minimum=0)
-    seed: int = _help(0, "seed of data order, LoRA init, sampling and SAAR draws", minimum=0)
-    threads: int = _help(1, "torch threads; more than the free cores thrash", minimum=1)
-    bf16: bool = _help(
+    save_steps: int = setting(1, "checkpoint every N steps (0: no checkpoints, so no --resume)", minimum=0)
+    seed: int = setting(0, "seed of data order, LoRA init, sampling and SAAR draws", minimum=0)
+    threads: int = setting(1, "torch threads; more than the free cores thrash", minimum=1)
+    bf16: bool = setting(
         False,
         "the loss's forward and backward passes under bfloat16 autocast (the weights, LoRA and optimizer stay "
         "float32): faster on CPUs with AVX-512 BF16 or AMX, slower on CPUs without them",
     )
-    batch_window_s: float = _help(
+    batch_window_s: float = setting(
         0.2, "seconds the batcher waits for more rollouts' requests before generating a batch", minimum=0.0
     )
-    sandbox_retries: int = _help(
+    sandbox_retries: int = setting(
         SANDBOX_RETRIES,
         "reruns of a rollout whose sandbox failed (a killed container): from its start, never scored as the model's",
         minimum=0,
     )
-    step_fault_runs: int = _help(
+    step_fault_runs: int = setting(
         3,
         "runs of one step that may end on sandbox faults: --resume samples such a step with new seeds each time, "
         "then stops and says why (trainers.cpu.resume)",
         minimum=1,
     )
-    engine: str = _help(
+    engine: str = setting(
         "hf",
         "what generates the rollouts: hf (the policy in-process, batched), vllm (vLLM's engine on CPU, the "
         "policy's merged weights synced after every optimizer step) or auto (vllm where vLLM can run, else hf)",
     )
-    engine_dtype: str = _help(
+    engine_dtype: str = setting(
         "float32",
         "the weights' dtype in vLLM's engine: float32 samples from the trainer's own policy; bfloat16 is faster "
         "on CPUs with AVX-512 BF16 and samples from the policy rounded to bfloat16, as GPU engines do (the "
         "trainer recomputes the log-probs either way)",
     )
-    is_correction: str = _help(
+    is_correction: str = setting(
         "off",
         "importance-sampling correction of the engine/trainer mismatch, as TRL's vllm_importance_sampling_mode: "
         "off, token_truncate, token_mask, sequence_truncate or sequence_mask (TRL's bound: a ratio of 3). Needs "

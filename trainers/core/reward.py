@@ -53,7 +53,7 @@ async def compute_reward(
     item: TrainItem, completion: str, sandbox: Sandbox | None = None, *, lenient: bool = False
 ) -> Outcome:
     """Score the final answer ``completion`` of a trajectory on ``item``."""
-    if item.kind in ("math", "gpqa"):
+    if scoring.is_read(item.kind):  # the answer is read from the text (scoring.READ_CHECKS)
         if lenient:
             r = scoring.lenient_reward(completion, item.target, item.kind)
         else:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
+
+from harness.core.settings import setting
 
 ARMS = ("off", "on")
 HELD_OUT_SEED = 3000  #: seed of the held-out problems (the RL set uses 2000, the warm SFT 0 and 1000)
@@ -19,20 +21,16 @@ HELD_OUT_SEED = 3000  #: seed of the held-out problems (the RL set uses 2000, th
 class AblationConfig:
     """Options of ``python -m trainers ablation`` (each field is a command-line option)."""
 
-    recipe: str = field(default="cpu-ablation", metadata={"help": "recipe both arms train with (name or file)"})
-    seeds: tuple[int, ...] = field(default=(0, 1), metadata={"help": "seeds; each trains one run per arm"})
-    steps: int = field(default=8, metadata={"help": "GRPO steps per run", "min": 1})
-    run: str = field(default="saar-ablation", metadata={"help": "name of the output directory under --out"})
-    out: str = field(default="results/train", metadata={"help": "where the run directory is written"})
-    eval_problems: int = field(
-        default=16, metadata={"help": "held-out problems evaluated with SAAR off before and after (0: none)", "min": 0}
-    )
-    jobs: int = field(
-        default=1, metadata={"help": "runs trained at once, in child processes (1 thread each)", "min": 1}
-    )
-    engine: str = field(default="", metadata={"help": "what generates both arms' rollouts: hf or vllm (the recipe's)"})
-    only: str = field(default="", metadata={"help": "train just this run, ARM:SEED (what --jobs children do)"})
-    report_only: bool = field(default=False, metadata={"help": "only redraw the report from finished runs"})
+    recipe: str = setting("cpu-ablation", "recipe both arms train with (name or file)")
+    seeds: tuple[int, ...] = setting((0, 1), "seeds; each trains one run per arm")
+    steps: int = setting(8, "GRPO steps per run", minimum=1)
+    run: str = setting("saar-ablation", "name of the output directory under --out")
+    out: str = setting("results/train", "where the run directory is written")
+    eval_problems: int = setting(16, "held-out problems evaluated with SAAR off before and after (0: none)", minimum=0)
+    jobs: int = setting(1, "runs trained at once, in child processes (1 thread each)", minimum=1)
+    engine: str = setting("", "what generates both arms' rollouts: hf or vllm (the recipe's)")
+    only: str = setting("", "train just this run, ARM:SEED (what --jobs children do)")
+    report_only: bool = setting(False, "only redraw the report from finished runs")
 
     def __post_init__(self) -> None:
         if not self.seeds or any(not isinstance(s, int) or s < 0 for s in self.seeds):

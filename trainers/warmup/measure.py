@@ -8,7 +8,8 @@ see what its regenerations do), on:
 * held-out generated problems: :mod:`harness.benchmarks.generators` with seeds the warm-up never
   used (math kinds through the ``aime24`` task, stdin programs through ``livecodebench``),
   written to ``<out>/data/`` in those tasks' schemas;
-* the project's fixture of every registered benchmark (:data:`harness.benchmarks.registry.BENCHMARKS`).
+* the project's fixture of every benchmark of the warm-model measure (:data:`harness.benchmarks.registry.WARM_MEASURE`:
+  an entry joins it by saying so, so a new benchmark does not change what this command reproduces).
 
 ``--models A B C`` measures several models (the expert-iteration rounds' adapter directories, say) on the
 same problems and seeds, one after the other. It writes ``<out>/measure.md`` and ``measure.json``: one row
@@ -41,7 +42,7 @@ from inspect_ai.log import read_eval_log
 from inspect_ai.model import ChatMessage
 
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
-from harness.benchmarks.registry import BENCHMARKS
+from harness.benchmarks.registry import WARM_MEASURE
 from harness.core.environ import temporary_environ
 from harness.core.metrics import Regenerations, rate
 from harness.core.problems import Kind
@@ -169,29 +170,25 @@ def calls_after_a_run(samples: Iterable[Sequence[ChatMessage]]) -> tuple[int, in
     return turns, calls
 
 
+#: The task the held-out problems of each kind run through: the one whose schema their file is written in
+#: (``write_aime_jsonl``: AIME 2024's; ``write_lcb_jsonl``: LiveCodeBench's), named, not found by registry order.
+HELD_OUT_TASKS: dict[Kind, str] = {"math": "aime24", "code": "livecodebench"}
+
+
 def sources(out: Path, heldout_math: int, heldout_code: int, seed: int, fixtures: bool) -> list[tuple[str, str, str]]:
     """(name, task, data) of every source; the held-out files are written here."""
     found: list[tuple[str, str, str]] = []
     if heldout_math:
         math = generate(heldout_math, seed=seed, kinds=MATH_KINDS, prefix="heldout")
         data = write_aime_jsonl(math, out / "data" / "heldout_math.jsonl")
-        found.append(("held-out math", task_of_kind("math"), str(data)))
+        found.append(("held-out math", HELD_OUT_TASKS["math"], str(data)))
     if heldout_code:
         code = generate(heldout_code, seed=seed + 1, kinds=("stdin",), prefix="heldout")
         data = write_lcb_jsonl(code, out / "data" / "heldout_stdin.jsonl")
-        found.append(("held-out stdin", task_of_kind("code"), str(data)))
+        found.append(("held-out stdin", HELD_OUT_TASKS["code"], str(data)))
     if fixtures:
-        found += [(f"{name} fixture", name, "fixture") for name in BENCHMARKS]
+        found += [(f"{name} fixture", name, "fixture") for name in WARM_MEASURE]
     return found
-
-
-def task_of_kind(kind: Kind) -> str:
-    """The first registered benchmark whose problems are of ``kind``: the task the held-out problems of that
-    kind run through (their files are written in its schema: AIME's for math, LiveCodeBench's for code)."""
-    try:
-        return next(b.name for b in BENCHMARKS.values() if b.kind == kind)
-    except StopIteration:
-        raise ValueError(f"no registered benchmark has problems of kind {kind!r}") from None
 
 
 def model_label(model: str) -> str:
