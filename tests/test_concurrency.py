@@ -19,7 +19,7 @@ from inspect_ai.log import EvalConfig, EvalDataset, EvalSpec
 from inspect_ai.model import GenerateConfig
 from inspect_ai.solver import Generate, TaskState, solver
 
-from harness.engines.standin import Policy, StandinConfig, StandinProcess
+from bench.standin import Policy, StandinConfig, StandinProcess
 from harness.evals.concurrency import (
     MAX_IN_FLIGHT,
     idle_engine_message,

@@ -233,7 +233,7 @@ def test_the_run_serves_evaluates_at_the_servers_address_and_stops_the_server(tm
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     engine = _stage(tmp_path, "engine", "", "engine")
-    engine = replace(engine, argv=[sys.executable, "-m", "harness.engines.standin", "--port", str(port)])
+    engine = replace(engine, argv=[sys.executable, "-m", "bench.standin", "--port", str(port)])
     stages = [engine]
     for saar in (False, True):
         name = f"eval-saar-{'on' if saar else 'off'}"

@@ -778,7 +778,7 @@ async def test_bwrap_killed_from_outside_is_a_sandbox_failure(local_sandbox) -> 
     """The bwrap process killed mid-call (chaos, an operator): sandbox_failed, never the program's Killed."""
     import asyncio
 
-    from sandboxes.soak import _children, _comm
+    from bench.sandbox_soak import _children, _comm
 
     if local_sandbox.isolation != "bwrap":
         pytest.skip("needs bwrap")

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from sandboxes import soak
+from bench import sandbox_soak as soak
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:

@@ -5,7 +5,7 @@ the CPU engines here, so that what is measured against it is the harness (Inspec
 loop, the sandbox) and not the engine. It is the project's own server, bound to ``127.0.0.1`` only (there
 is no option for any other address)::
 
-    python -m harness.engines.standin --port 8123        # serves "cleaner-standin"
+    python -m bench.standin --port 8123        # serves "cleaner-standin"
     VLLM_BASE_URL=http://127.0.0.1:8123/v1 inspect eval tasks/aime24.py \\
         --model vllm/cleaner-standin -T data=fixture -T sandbox=local
     inspect eval tasks/aime24.py --model sglang/cleaner-standin \\
@@ -478,7 +478,7 @@ class StandinProcess:
 
     def argv(self) -> list[str]:
         p, c = self.config.policy, self.config
-        argv = [sys.executable, "-m", "harness.engines.standin", "--port", "0", "--served-model-name", c.name]
+        argv = [sys.executable, "-m", "bench.standin", "--port", "0", "--served-model-name", c.name]
         argv += ["--root", c.root, "--max-model-len", str(c.max_model_len), "--calls", str(p.calls)]
         argv += ["--fail-rate", str(p.fail_rate), "--refail-rate", str(p.refail_rate)]
         argv += ["--rewrite-rate", str(p.rewrite_rate), "--reasoning-chars", str(p.reasoning_chars)]
@@ -536,7 +536,7 @@ class StandinProcess:
 def main(argv: Sequence[str] | None = None) -> int:
     defaults = Policy()
     parser = argparse.ArgumentParser(
-        prog="python -m harness.engines.standin", description="A stand-in engine (scripted policy, not a model)."
+        prog="python -m bench.standin", description="A stand-in engine (scripted policy, not a model)."
     )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one, printed)")
     parser.add_argument("--served-model-name", default=DEFAULT_NAME)

@@ -1,4 +1,4 @@
-"""Soak and chaos: ``python -m sandboxes.soak --backend docker --clients 64 --minutes 10 --kill-every 5``.
+"""Soak and chaos: ``python -m bench.sandbox_soak --backend docker --clients 64 --minutes 10 --kill-every 5``.
 
 ``--mix memory`` runs memory-hungry programs only (``--kill-every 0``: no chaos) and counts the containers that
 died with them, which must be none.
@@ -536,7 +536,7 @@ async def bounded(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sandboxes.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sandbox_soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("docker", "local"), default="docker")
     parser.add_argument("--clients", type=int, default=64, help="concurrent rollout-like clients")
     parser.add_argument("--minutes", type=float, default=10.0, help="no call starts after this")

@@ -1,9 +1,9 @@
 """The harness at a GPU engine's speed: Inspect, the solver, the SAAR loop and the sandbox against the stand-in.
 
-python -m harness.evals.speed                                   # 16 64 256 in flight, local (+docker), SAAR on/off
-python -m harness.evals.speed --in-flight 64 --saar on --sandboxes local --profile /tmp/speed-prof
+python -m bench.eval_speed                                   # 16 64 256 in flight, local (+docker), SAAR on/off
+python -m bench.eval_speed --in-flight 64 --saar on --sandboxes local --profile /tmp/speed-prof
 
-The engine is :mod:`harness.engines.standin` (a scripted policy that answers at once, not a model) in a
+The engine is :mod:`bench.standin` (a scripted policy that answers at once, not a model) in a
 child process, reached through Inspect's own ``vllm/`` provider (``--provider sglang`` for ``sglang/``) with
 ``model_base_url``, so no engine is started. Every configuration is one ``inspect_ai.eval`` of
 ``tasks/aime24.py`` on the fixture (4 problems, ``--epochs`` = samples / 4) with ``max_connections`` and
@@ -56,7 +56,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.engines.standin import Policy, StandinConfig, StandinError, StandinProcess, cpu_seconds, program
+from bench.standin import Policy, StandinConfig, StandinError, StandinProcess, cpu_seconds, program
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "tasks/aime24.py"
@@ -342,7 +342,7 @@ def run_child(
         "profile": profile,
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    argv = [sys.executable, "-m", "harness.evals.speed", "--child", json.dumps(spec)]
+    argv = [sys.executable, "-m", "bench.eval_speed", "--child", json.dumps(spec)]
     if stacks is not None:
         argv = ["py-spy", "record", "--rate", str(SPY_RATE), "--format", "raw", "--output", stacks, "--", *argv]
     done = subprocess.run(
@@ -517,7 +517,7 @@ def bench(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     policy = Policy(calls=args.calls, fail_rate=args.fail_rate)
     report: dict[str, Any] = {
-        "command": " ".join(["python -m harness.evals.speed", *sys.argv[1:]]),
+        "command": " ".join(["python -m bench.eval_speed", *sys.argv[1:]]),
         "machine": machine(),
         "provider": args.provider,
         "policy": asdict(policy),
@@ -577,7 +577,7 @@ def bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.evals.speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.eval_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--in-flight", nargs="+", type=int, default=[16, 64, 256], help="samples in flight")
     parser.add_argument("--samples", type=int, default=128, help="samples per configuration, at least")

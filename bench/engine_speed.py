@@ -1,7 +1,7 @@
 """The engines on the same problems at 1, 4, 8 and 16 concurrent samples: prints figures, asserts nothing.
 
-python -m harness.evals.engine_speed                                    # smollm2-tools, every engine, 1 4 8 16
-python -m harness.evals.engine_speed --engines vllm-server --concurrency 16 32
+python -m bench.engine_speed                                    # smollm2-tools, every engine, 1 4 8 16
+python -m bench.engine_speed --engines vllm-server --concurrency 16 32
 
 Every run is the same evaluation of the AIME fixture (4 problems, ``--samples / 4`` epochs,
 the local sandbox, temperature 1.0, top_p 0.6, per-sample seeds, at most ``--max-turns``
@@ -202,7 +202,7 @@ def bench(args: argparse.Namespace) -> list[Figures]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.evals.engine_speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.engine_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-tools", help="smollm2-tools (default), smollm2, a dir or .gguf")
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES, help="engines to run (all)")
     parser.add_argument(
