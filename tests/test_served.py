@@ -162,7 +162,8 @@ def test_a_served_directory_that_fails_to_write_stops_the_waiting_launcher(
 
 def _both_arms() -> list[Any]:
     """The aime24 fixture task with SAAR on and with SAAR off (one eval runs both, on one model)."""
-    from harness.reports.compare import build_task, task_file
+    from harness.evals.arms import build_task
+    from harness.reports.compare import task_file
 
     args = {"data": "fixture", "max_turns": 3, "max_tokens": 160, "sandbox": "local"}
     return [build_task(task_file("aime24"), {**args, "saar": saar}) for saar in (True, False)]

@@ -45,7 +45,8 @@ from harness.benchmarks.registry import BENCHMARKS
 from harness.core.environ import temporary_environ
 from harness.core.metrics import Regenerations, rate
 from harness.core.problems import Kind
-from harness.reports.compare import ArmRun, read_arms, run_arms, scored
+from harness.evals.arms import run_arms
+from harness.reports.compare import ArmRun, read_arms, scored
 from trainers.core.config import ENGINE_DTYPES
 from trainers.warmup.config import HELD_OUT_SEED
 
