@@ -94,6 +94,11 @@ def test_nothing_imports_tasks() -> None:
     assert not offenders
 
 
+def test_the_problem_kinds_import_nothing_of_the_project() -> None:
+    """Every layer names a problem kind, so its module sits below all of them: it imports no package of ours."""
+    assert not _imports(ROOT / "harness" / "core" / "kinds.py") & {*PACKAGES, "tasks"}
+
+
 def test_harness_modules_live_in_their_concern() -> None:
     loose = sorted(p.name for p in (ROOT / "harness").glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert not loose, f"modules directly under harness/: {loose}; each belongs to a subpackage"

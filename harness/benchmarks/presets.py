@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
-from harness.core.problems import Kind, check_kind, rollout_config
+from harness.core.kinds import Kind, check_kind
+from harness.core.problems import rollout_config
 from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig, Similarity
 from harness.core.toolenv import ToolEnv, get_tool_env

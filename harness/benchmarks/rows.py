@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.problems import Kind
+from harness.core.kinds import Kind
 from harness.core.prompts import PromptTemplates, default_templates
 
 Row = dict[str, Any]

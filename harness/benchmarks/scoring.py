@@ -34,7 +34,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from harness.core.problems import Kind
+from harness.core.kinds import Kind
 
 logger = logging.getLogger(__name__)
 

@@ -43,8 +43,8 @@ from inspect_ai.model import ChatMessage
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
 from harness.benchmarks.registry import BENCHMARKS
 from harness.core.environ import temporary_environ
+from harness.core.kinds import Kind
 from harness.core.metrics import Regenerations, rate
-from harness.core.problems import Kind
 from harness.evals.arms import run_arms
 from harness.reports.compare import ArmRun, read_arms, scored
 from trainers.core.config import ENGINE_DTYPES
