@@ -393,7 +393,7 @@ BUCKETS: tuple[tuple[str, str], ...] = (
     ("copy.deepcopy, anywhere", r"^deepcopy \(copy\.py"),
     ("a sample's sandbox: init and cleanup (Inspect side)", r"^(init|cleanup)_sandbox_environments_sample \("),
     ("local pool: a new LocalSandbox (in a thread)", r"^LocalSandbox\.__init__ \("),
-    ("  its uid lease", r"^_UidLease\.__init__ \("),
+    ("  its uid lease", r"^UidLease\.__init__ \("),
     ("kill_uid: /proc scans for a uid's processes (threads)", r"^kill_uid \("),
     ("scoring", r"score"),
 )

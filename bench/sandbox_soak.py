@@ -385,10 +385,10 @@ class Soak:
                 finally:
                     client.close()
             else:
-                from sandboxes.local.procs import _pids_of_uid
+                from sandboxes.local.uids import pids_of_uid
 
                 for uid in sorted(self.uids):
-                    left += [f"uid {uid} process {pid}" for pid in (_pids_of_uid(uid) if _free(uid) else [])]
+                    left += [f"uid {uid} process {pid}" for pid in (pids_of_uid(uid) if _free(uid) else [])]
             if not left or time.monotonic() > deadline:
                 return left
             time.sleep(1)
@@ -504,7 +504,7 @@ def _free(uid: int) -> bool:
     """Whether no sandbox holds ``uid`` now (its processes, if any, are leftovers; else they are another's)."""
     import fcntl
 
-    from sandboxes.local.procs import UID_LOCK_DIR
+    from sandboxes.local.uids import UID_LOCK_DIR
 
     try:
         fd = os.open(UID_LOCK_DIR / f"{uid}.lock", os.O_RDWR)
