@@ -161,7 +161,8 @@ async def run_offline_all(
 
 
 def bench(args: argparse.Namespace) -> list[Figures]:
-    from harness.engines.serve import Server, model_spec, served_dir
+    from harness.engines.serve import Server
+    from harness.engines.served_model import model_spec, served_dir
 
     results: list[Figures] = []
 

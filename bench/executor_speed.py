@@ -225,7 +225,7 @@ async def _prefill_cost(lengths: Sequence[int], repeats: int) -> list[dict[str, 
 
     from vllm import SamplingParams
 
-    from harness.engines.serve import served_dir
+    from harness.engines.served_model import served_dir
     from harness.engines.vllm_offline import OfflineEngine
     from trainers.core.rescore import rescore
 

@@ -25,16 +25,8 @@ from harness.core import chat
 from harness.core.messages import Message, ToolCall, system, to_openai, user
 from harness.core.protocol import TOOL_SCHEMA, serialize_call
 from harness.core.toolenv import PROJECT
-from harness.engines.serve import (
-    LOOPBACK,
-    ServeError,
-    Server,
-    chat_template_problem,
-    serve_argv,
-    served_chat_template,
-    served_name,
-    vllm_missing,
-)
+from harness.engines.serve import LOOPBACK, ServeError, Server, serve_argv, vllm_missing
+from harness.engines.served_model import chat_template_problem, served_chat_template, served_name
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,7 +214,8 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
     from inspect_ai.log import resolve_sample_attachments
     from inspect_ai.model import get_model
 
-    from harness.engines.serve import CPU_SERVER_ARGS, ONE_ENGINE_PROCESS, served_dir, server_env
+    from harness.engines.serve import CPU_SERVER_ARGS, ONE_ENGINE_PROCESS, server_env
+    from harness.engines.served_model import served_dir
 
     needs_vllm()
     # KV cache, offline, no usage statistics (tox sets them too); the model in the engine-core process
