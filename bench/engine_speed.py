@@ -36,7 +36,7 @@ from typing import Any
 
 from harness.core.environ import temporary_environ
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("embedded", "vllm-server", "vllm-offline")
 TASK_ARGS = {"data": "fixture", "sandbox": "local", "temperature": 1.0, "top_p": 0.6}
 

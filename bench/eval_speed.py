@@ -58,7 +58,7 @@ from typing import Any
 
 from bench.standin import Policy, StandinConfig, StandinError, StandinProcess, cpu_seconds, program
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TASK = "tasks/aime24.py"
 PROBLEMS = 4  #: problems in the aime24 fixture
 RESULT = "SPEED_RESULT"  #: the marker of a child's result line

@@ -35,3 +35,11 @@ def test_a_tool_runs_by_its_name_with_its_arguments() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "usage: python -m bench.sandbox_speed" in proc.stdout
+
+
+def test_the_tools_find_the_repository_from_bench() -> None:
+    """The evaluation tools run Inspect on ``tasks/`` from the repository's root: their ROOT is the checkout's."""
+    from bench import engine_speed, eval_speed
+
+    assert engine_speed.ROOT == eval_speed.ROOT == ROOT
+    assert (eval_speed.ROOT / eval_speed.TASK).is_file()
