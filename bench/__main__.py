@@ -1,8 +1,9 @@
 """``python -m bench``: the tools, listed; ``python -m bench NAME ARGS...`` runs ``python -m bench.<module> ARGS...``.
 
-The list is read from this folder (each module's name and the first line of its docstring), so a tool added here is
-listed without editing anything else. Nothing is imported to list them: a tool's own imports (vLLM, torch, Docker)
-are paid only by the tool that runs.
+The list is read from this folder (each module that runs as a command: its name and the first line of its
+docstring), so a tool added here is listed without editing anything else; a module without a ``__main__`` block is
+a part of the tools. Nothing is imported to list them: a tool's own imports (vLLM, torch, Docker) are paid only by the
+tool that runs.
 """
 
 from __future__ import annotations
@@ -17,13 +18,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
+def _runs(tree: ast.Module) -> bool:
+    """Whether a module runs as a command (``if __name__ == "__main__":``); the others are the tools' parts."""
+    return any(
+        isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test)
+        for node in tree.body
+    )
+
+
 def tools() -> dict[str, tuple[str, str]]:
     """Each tool's command name -> (its module, the first line of its docstring), in name order."""
     found = {}
     for path in sorted(HERE.glob("*.py")):
-        if path.name.startswith("_"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if path.name.startswith("_") or not _runs(tree):
             continue
-        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        doc = ast.get_docstring(tree) or ""
         found[path.stem.replace("_", "-")] = (f"bench.{path.stem}", doc.splitlines()[0] if doc else "")
     return found
 

@@ -7,7 +7,7 @@ python -m bench.executor_speed --prefill-cost 512 1024 2048    # the scoring pre
 
 OpenRLHF awaits ``AgentExecutor.execute(prompt, label, sampling_params, max_length, tokenizer, engine)`` for every
 sample of a rollout batch at once, token-in and token-out against its vLLM engine. Here the engine is
-:class:`StandinEngine`: the stand-in's scripted policy (:func:`bench.standin.decide`, not a model) behind
+:class:`StandinEngine`: the stand-in's scripted policy (:func:`bench.scripted_policy.decide`, not a model) behind
 the engine's ``generate(prompt_token_ids, sampling_params)``. It decodes the context, reads the conversation back
 from the chat template's markers, lets the policy answer and returns the answer's token ids (SmolLM2's tokenizer)
 at once. Its own CPU (decode, policy, encode) is timed per call and taken out, so what is left is the executor:
@@ -48,7 +48,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from bench.standin import Policy, decide
+from bench.scripted_policy import Policy, decide
 from harness.core.protocol import parse_turn, serialize_call
 from harness.core.toolenv import PROJECT
 

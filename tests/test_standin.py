@@ -15,7 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from bench.standin import DEFAULT_NAME, HOST, Policy, StandinProcess, decide
+from bench.scripted_policy import Policy, decide
+from bench.standin import DEFAULT_NAME, HOST, StandinProcess
 from harness.core.toolenv import PROJECT
 
 ROOT = Path(__file__).resolve().parents[1]
