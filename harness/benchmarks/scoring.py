@@ -276,11 +276,6 @@ def compare_math(answer: str, target: str) -> Verdict:
     return verdict
 
 
-def math_equivalent(answer: str, target: str) -> bool:
-    """Whether the LaTeX/plain ``answer`` is mathematically equivalent to ``target`` (:func:`compare_math`)."""
-    return compare_math(answer, target).equivalent
-
-
 def judge_math(completion: str | None, target: str) -> Verdict:
     """Evaluation judge for math, with the timeout said: is the last box of ``completion`` equivalent to ``target``?
 

@@ -118,7 +118,6 @@ class LocalSandbox(Sandbox):
         if self._lease is not None:
             kill_uid(self._lease.uid)  # leftovers of a crashed earlier owner of this uid
         self._closed = False
-        self._calls = 0
         #: runs since the last sweep of the uid whose pid namespace was not seen to end (they may have left something)
         self._unproven_runs = 0
         _open_sandboxes.add(self)
@@ -257,7 +256,6 @@ class LocalSandbox(Sandbox):
             nproc += len(pids_of_uid(os.getuid()))  # RLIMIT_NPROC counts all of the user's processes
         proc_env = self._env()
         proc_env.update(env or {})
-        self._calls += 1
         self._unproven_runs += 1
         namespace = NamespaceWatch() if self.isolation == "bwrap" else None
         try:
