@@ -72,6 +72,9 @@ ROOT = "cleaner-harness/standin-scripted-policy"
 READY = "STANDIN_READY"
 #: Characters per token in the usage counts.
 CHARS_PER_TOKEN = 4
+#: The checkout that holds ``bench/``: the child server starts there, so ``-m bench.standin`` imports from any
+#: caller's working directory (the tools are not installed).
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -349,7 +352,7 @@ class StandinProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "w") as log:  # the child keeps its own copy of the descriptor
             self.process = subprocess.Popen(
-                self.argv(), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True
+                self.argv(), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=CHECKOUT
             )
         assert self.process.stdout is not None
         deadline = time.monotonic() + self.start_timeout

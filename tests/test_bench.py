@@ -48,3 +48,17 @@ def test_the_tools_find_the_repository_from_bench() -> None:
 
     assert engine_speed.ROOT == eval_speed.ROOT == ROOT
     assert (eval_speed.ROOT / eval_speed.TASK).is_file()
+
+
+def test_the_stand_in_starts_from_any_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tools are not installed: a stand-in started from elsewhere (a test's temporary directory, a user's
+    run directory) and with no PYTHONPATH still finds ``bench.standin``."""
+    import urllib.request
+
+    from bench.standin import StandinProcess
+
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with StandinProcess(log_path=tmp_path / "standin.log") as server:
+        with urllib.request.urlopen(f"{server.base_url}/models", timeout=10) as response:
+            assert response.status == 200
