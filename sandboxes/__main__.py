@@ -4,7 +4,7 @@
 read what an earlier one wrote) and prints one JSON line per file: the
 structured :class:`~sandboxes.base.ExecResult` plus ``"file"``. Exit status 0
 when every file ran (whatever the programs did), 2 for bad arguments such as a
-missing file. The sandbox benchmark is its own module: ``python -m sandboxes.speed``.
+missing file. The sandbox benchmark and soak are tools: ``python -m bench``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=BACKEND_NAMES, default="auto", help="sandbox backend (default: auto)")
     run.add_argument("--timeout", type=float, default=10.0, help="seconds per file (default: 10)")
     run.add_argument("--stdin", metavar="FILE", help="file whose bytes every program gets on stdin")
-    sub.add_parser("speed", help="benchmark the sandbox backends (runs python -m sandboxes.speed)", add_help=False)
     return parser
 
 
@@ -48,10 +47,6 @@ async def _run(files: list[Path], backend_name: str, timeout: float, stdin: byte
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["speed"]:
-        from sandboxes import speed
-
-        return int(speed.main(argv[1:]) or 0)
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s: %(message)s")
     files = [Path(f) for f in args.files]

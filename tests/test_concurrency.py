@@ -19,7 +19,8 @@ from inspect_ai.log import EvalConfig, EvalDataset, EvalSpec
 from inspect_ai.model import GenerateConfig
 from inspect_ai.solver import Generate, TaskState, solver
 
-from harness.engines.standin import Policy, StandinConfig, StandinProcess
+from bench.scripted_policy import Policy
+from bench.standin import StandinConfig, StandinProcess
 from harness.evals.concurrency import (
     MAX_IN_FLIGHT,
     idle_engine_message,

@@ -12,7 +12,7 @@ import pytest
 from harness.benchmarks import datasets as ds
 from harness.benchmarks import registry
 from harness.benchmarks.datasets import DatasetError, GatedDatasetError, Problem
-from harness.benchmarks.lcb import problem_tests
+from harness.benchmarks.lcb_cases import problem_tests
 from harness.benchmarks.registry import BENCHMARKS, Benchmark
 from harness.core.prompts import LETTERS, shuffle_choices
 

@@ -269,7 +269,7 @@ def _in_process(model: str, tokenizer: Any) -> tuple[dict[bool, list[dict]], dic
 def tokenizer():
     from openrlhf.utils.utils import get_tokenizer
 
-    from harness.engines.serve import served_dir
+    from harness.engines.served_model import served_dir
 
     return get_tokenizer(str(served_dir("smollm2-tools")), None, "left", None)  # the trainer's HF tokenizer
 
@@ -278,7 +278,7 @@ def tokenizer():
 def runs(tokenizer) -> dict[bool | str, list[dict]]:
     """Every result OpenRLHF's actor returned, by arm (SAAR on: True; faults injected: INJECT), with the test
     agent's record."""
-    from harness.engines.serve import served_dir
+    from harness.engines.served_model import served_dir
 
     model = str(served_dir("smollm2-tools"))
     forced = os.environ.get("CLEANER_TEST_VLLM_ENGINE")  # "ray" or "in-process"; default: Ray where installed

@@ -6,7 +6,7 @@ import pytest
 
 from harness.benchmarks.datasets import load_aime24, load_livecodebench
 from harness.benchmarks.generators import KINDS, MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
-from harness.benchmarks.lcb import problem_tests
+from harness.benchmarks.lcb_cases import problem_tests
 
 
 def test_same_seed_same_problems_other_seed_other_problems():

@@ -23,7 +23,7 @@ from needs import import_or_skip
 import_or_skip("openrlhf")
 
 from trainers.core.recipes import RecipeError, openrlhf_checks, openrlhf_parser  # noqa: E402
-from trainers.openrlhf_plugin import gpu_envs, gpu_smoke  # noqa: E402
+from trainers.openrlhf_plugin import gpu_checks, gpu_envs, gpu_smoke  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -95,30 +95,30 @@ def test_the_first_step_trains_at_the_recipes_learning_rate(smoke):
 def test_a_task_argument_the_task_does_not_take_is_caught(smoke):
     argv = [*smoke.stages[1].argv, "-T", "saar_probability=0.5"]
     with pytest.raises(ValueError, match="saar_probability"):
-        gpu_smoke.check_task_args(argv)
+        gpu_checks.check_task_args(argv)
 
 
 def test_a_task_path_inspects_cli_cannot_load_is_caught(smoke):
     argv = list(smoke.stages[1].argv)
     assert argv[argv.index("eval") + 1] == "tasks/aime24.py"  # run from the project's directory
-    argv[argv.index("eval") + 1] = str(gpu_smoke.TASK_FILE)  # absolute: Inspect's loader globs it and fails
+    argv[argv.index("eval") + 1] = str(gpu_checks.TASK_FILE)  # absolute: Inspect's loader globs it and fails
     with pytest.raises(ValueError, match="Inspect's CLI cannot load it"):
-        gpu_smoke.check_task_args(argv)
+        gpu_checks.check_task_args(argv)
 
 
 def test_an_option_inspect_does_not_have_is_caught(smoke):
     with pytest.raises(ValueError, match="--max-token-count"):
-        gpu_smoke.check_inspect_cli([*smoke.stages[1].argv, "--max-token-count", "5"])
+        gpu_checks.check_inspect_cli([*smoke.stages[1].argv, "--max-token-count", "5"])
 
 
 def test_model_resolves_to_inspects_sglang_provider_at_the_servers_address(smoke):
-    assert gpu_smoke.check_model_resolution(smoke.stages[1].argv) == "SGLangAPI"
+    assert gpu_checks.check_model_resolution(smoke.stages[1].argv) == "SGLangAPI"
     # the address as an -M argument collides with the CLI's own base_url (TypeError from Inspect's resolve_models)
     argv = [*smoke.stages[1].argv, "-M", "base_url=http://127.0.0.1:9/v1"]
     with pytest.raises(TypeError, match="base_url"):
-        gpu_smoke.check_model_resolution(argv)
+        gpu_checks.check_model_resolution(argv)
     with pytest.raises(ValueError, match="not Inspect's SGLang provider"):
-        gpu_smoke.check_model_resolution(["--model", "mockllm/model"])
+        gpu_checks.check_model_resolution(["--model", "mockllm/model"])
 
 
 def test_openrlhf_post_parse_checks_run_on_cpu():
@@ -146,7 +146,7 @@ def test_a_stage_reports_pass_or_fail_from_its_exit_code_and_inspect_log(tmp_pat
 
 
 def test_preflight_names_each_missing_environment_with_the_command_that_builds_it(tmp_path):
-    problems = gpu_smoke.preflight(
+    problems = gpu_checks.preflight(
         (gpu_envs.ENGINE_SGLANG, gpu_envs.TRAINER),
         {"engine-sglang": tmp_path / "none" / "python", "trainer": tmp_path / "none2" / "python"},
         extra=(),
@@ -212,13 +212,13 @@ def test_the_time_limit_kills_a_stage_and_skips_the_rest(tmp_path):
 def test_the_training_commands_are_checked_in_the_trainers_environment_when_openrlhf_is_not_here(
     smoke, monkeypatch, tmp_path
 ):
-    monkeypatch.setattr(gpu_smoke, "_openrlhf_here", lambda: False)  # as in the harness's environment
+    monkeypatch.setattr(gpu_checks, "_openrlhf_here", lambda: False)  # as in the harness's environment
     train = smoke.stages[-2]
     args, config = train.argv[3:], train.env["CLEANER_AGENT_CONFIG"]
     # one run there, refused by OpenRLHF's parser before its checks import torch: the refusal comes back from there
     with pytest.raises(ValueError, match=r"trainer's environment .*unrecognized arguments: --rollout.no_such_flag"):
-        gpu_smoke.check_training([*args, "--rollout.no_such_flag", "1"], config, "r.yaml", Path(sys.executable))
-    absent = gpu_smoke.check_training(args, config, "r.yaml", trainer=tmp_path / "python")
+        gpu_checks.check_training([*args, "--rollout.no_such_flag", "1"], config, "r.yaml", Path(sys.executable))
+    absent = gpu_checks.check_training(args, config, "r.yaml", trainer=tmp_path / "python")
     assert absent.startswith("not checked: no OpenRLHF here") and "tox -e gpu-trainer" in absent
 
 
@@ -233,7 +233,7 @@ def test_the_run_serves_evaluates_at_the_servers_address_and_stops_the_server(tm
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     engine = _stage(tmp_path, "engine", "", "engine")
-    engine = replace(engine, argv=[sys.executable, "-m", "harness.engines.standin", "--port", str(port)])
+    engine = replace(engine, argv=[sys.executable, "-m", "bench.standin", "--port", str(port)])
     stages = [engine]
     for saar in (False, True):
         name = f"eval-saar-{'on' if saar else 'off'}"

@@ -334,9 +334,9 @@ async def test_hostile_program(case: Hostile, backend: str, backends, sandboxes,
     # the host is untouched: no process left, no file in /, no connection to its loopback
     await _assert_no_leftovers()
     if backend == "local" and sandbox.uid is not None:
-        from sandboxes.local.sandbox import _pids_of_uid
+        from sandboxes.local.uids import pids_of_uid
 
-        assert _pids_of_uid(sandbox.uid) == []
+        assert pids_of_uid(sandbox.uid) == []
     assert not os.path.exists(ROOT_FILE)
     assert _root_entries() == in_root
     _assert_no_connection(listener)

@@ -137,7 +137,8 @@ def test_sglang_importable_on_both_sides_is_found(tmp_path: Path, monkeypatch: p
 def test_compare_with_sglang_that_cannot_start_says_why_before_inspect_tries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from harness.reports.compare import CompareError, run_arms
+    from harness.evals.arms import run_arms
+    from harness.reports.compare import CompareError
 
     monkeypatch.delenv("SGLANG_BASE_URL", raising=False)
     monkeypatch.setenv("PATH", str(_python_on_path(tmp_path / "bin").parent))

@@ -1,7 +1,8 @@
 """The layering is a contract, not a drawing: pyproject's ``[tool.importlinter]`` contracts, run here.
 
-A lower layer never imports a higher one: ``trainers -> harness -> sandboxes``; inside ``harness/``,
-``evals -> reports -> engines | benchmarks -> core``; inside ``trainers/``, each face above ``core``.
+A lower layer never imports a higher one: ``bench -> trainers -> harness -> sandboxes`` (the tools may import the
+product, never the reverse); inside ``harness/``, ``evals -> reports -> engines | benchmarks -> core``; inside
+``trainers/``, each face above ``core``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("cleaner", "harness", "sandboxes", "trainers")
+PACKAGES = ("bench", "cleaner", "harness", "sandboxes", "trainers")
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
@@ -50,6 +51,8 @@ def test_the_project_keeps_its_layers() -> None:
         ("sandboxes/base.py", "import harness.core.protocol", "sandboxes is not allowed to import harness"),
         ("harness/core/rollout.py", "import trainers.core.reward", "harness is not allowed to import trainers"),
         ("trainers/cpu/trainer.py", "import trainers.openrlhf_plugin.executor", "trainers.cpu is not allowed"),
+        ("sandboxes/base.py", "import bench.sandbox_speed", "sandboxes is not allowed to import bench"),
+        ("harness/evals/solver.py", "import bench.standin", "harness is not allowed to import bench"),
     ],
 )
 def test_a_forbidden_import_breaks_the_contract(tmp_path: Path, module: str, forbidden: str, message: str) -> None:
@@ -89,6 +92,11 @@ def test_nothing_imports_tasks() -> None:
     finally:
         gc.enable()
     assert not offenders
+
+
+def test_the_problem_kinds_import_nothing_of_the_project() -> None:
+    """Every layer names a problem kind, so its module sits below all of them: it imports no package of ours."""
+    assert not _imports(ROOT / "harness" / "core" / "kinds.py") & {*PACKAGES, "tasks"}
 
 
 def test_harness_modules_live_in_their_concern() -> None:

@@ -13,18 +13,11 @@ from pathlib import Path
 import pytest
 
 from harness.benchmarks.datasets import load_livecodebench
-from harness.benchmarks.lcb import (
-    CodeGrade,
-    GradingError,
+from harness.benchmarks.lcb import CodeGrade, GradingError, code_reward, fn_name_of, grade, grade_completion
+from harness.benchmarks.lcb_cases import decode_private_tests, encode_private_tests, problem_tests
+from harness.benchmarks.lcb_program import (
     as_solution_class,
     build_grading_program,
-    code_reward,
-    decode_private_tests,
-    encode_private_tests,
-    fn_name_of,
-    grade,
-    grade_completion,
-    problem_tests,
     reference_code,
     reference_prelude,
     stdout_matches,

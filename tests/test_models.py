@@ -101,7 +101,7 @@ def test_the_model_cache_is_keyed_by_content_not_by_path(tmp_path: Path) -> None
     """Each clone or virtualenv installs the same GGUF at another path: one cache entry must serve them all."""
     import torch
 
-    from harness.engines import serve
+    from harness.engines import served_model
 
     first, second, other = tmp_path / "a" / "m.gguf", tmp_path / "b" / "m.gguf", tmp_path / "c" / "m.gguf"
     for path, data in ((first, b"weights"), (second, b"weights"), (other, b"weightz")):
@@ -112,9 +112,9 @@ def test_the_model_cache_is_keyed_by_content_not_by_path(tmp_path: Path) -> None
     assert models._cache_key(second, torch.bfloat16) == key
     assert models._cache_key(other, torch.bfloat16) != key
     assert models._cache_key(first, torch.float32) != key
-    served = serve._served_key(str(first), "gguf", first, "bfloat16")
-    assert serve._served_key(str(second), "gguf", second, "bfloat16") == served
-    assert serve._served_key(str(other), "gguf", other, "bfloat16") != served
+    served = served_model._served_key(str(first), "gguf", first, "bfloat16")
+    assert served_model._served_key(str(second), "gguf", second, "bfloat16") == served
+    assert served_model._served_key(str(other), "gguf", other, "bfloat16") != served
     first.write_bytes(b"retrained")  # a rewritten file is a new model
     assert models._cache_key(first, torch.bfloat16) != key
 

@@ -18,7 +18,8 @@ from harness.benchmarks import datasets as ds
 from harness.benchmarks import reference_data as ref
 from harness.benchmarks import registry
 from harness.benchmarks.datasets import DatasetError
-from harness.benchmarks.lcb import fn_name_of, grade_completion, problem_tests
+from harness.benchmarks.lcb import fn_name_of, grade_completion
+from harness.benchmarks.lcb_cases import problem_tests
 from harness.core.prompts import load_prompt_templates
 
 GPQA_TEXT = "Which gas is noble?\n\nA) Oxygen\nB) Argon\nC) Nitrogen\nD) Hydrogen"

@@ -11,7 +11,9 @@ import pytest
 
 from harness.__main__ import main
 from harness.reports.compare import CompareError, read_arms, task_file, task_name
-from harness.reports.report import PLOTS, mcnemar_exact, paired_test, pass_at_k, summarize, write_report
+from harness.reports.plots import PLOTS
+from harness.reports.report import write_report
+from harness.reports.stats import mcnemar_exact, paired_test, pass_at_k, summarize
 
 T, E = logs.trajectory, logs.event
 
@@ -246,7 +248,8 @@ def test_the_committed_purification_logs_read_as_their_readme_says(tmp_path: Pat
 
 
 def test_the_verdict_says_plainly_whether_the_difference_is_significant() -> None:
-    from harness.reports.report import PairedTest, verdict
+    from harness.reports.report import verdict
+    from harness.reports.stats import PairedTest
 
     noise = PairedTest("aime24", 100, 0.39, 0.41, 0.02, -0.03, 0.07, "bootstrap", 0.43, 0.43)
     assert verdict(noise).startswith("aime24: NOT significant at the 5% level")

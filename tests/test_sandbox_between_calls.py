@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from sandboxes.base import Sandbox
-from sandboxes.local.procs import _pids_of_session, _pids_of_uid
+from sandboxes.local.uids import pids_of_session, pids_of_uid
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -249,8 +249,8 @@ async def test_the_local_sweeps_find_a_process_whose_main_thread_has_exited() ->
             time.sleep(0.01)
         else:
             raise AssertionError("the main thread did not exit")
-        assert pid in _pids_of_uid(os.getuid())
-        assert pid in _pids_of_session(pid)
+        assert pid in pids_of_uid(os.getuid())
+        assert pid in pids_of_session(pid)
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

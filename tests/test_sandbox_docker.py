@@ -421,10 +421,10 @@ async def test_a_cancelled_call_leaves_the_sandbox_usable() -> None:
 
 # ---------------------------------------------------------------- a program dies, never its sandbox
 
-from sandboxes.soak import HUNGRY_KINDS, MEMORY_PROGRAMS  # noqa: E402 - the memory-hungry programs live in one place
+from bench.soak_programs import HUNGRY_KINDS, MEMORY_PROGRAMS  # noqa: E402 - the memory-hungry programs live in one place
 
 MEMORY_HUNGRY = {p.name: p.code for p in MEMORY_PROGRAMS if p.kinds != (None,)}
-#: the kinds a memory-hungry program may end with (sandboxes.soak's list): its own failures, never the sandbox's
+#: the kinds a memory-hungry program may end with (bench.soak_programs' list): its own failures, never the sandbox's
 MEMORY_KINDS = set(HUNGRY_KINDS)
 
 

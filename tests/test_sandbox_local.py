@@ -33,7 +33,8 @@ from sandboxes.base import KILLED, MEMORY, NONZERO_EXIT, OUTPUT_LIMIT, TIMEOUT, 
 from sandboxes.errors import SEGFAULT, classify, exception_name
 from sandboxes.local.isolation import UNISOLATED_ENV, IsolationUnavailable, find_bwrap
 from sandboxes.local.procs import run_fenced
-from sandboxes.local.sandbox import LocalConfig, LocalSandbox, _pids_of_uid
+from sandboxes.local.sandbox import LocalConfig, LocalSandbox
+from sandboxes.local.uids import pids_of_uid
 
 IS_ROOT = os.geteuid() == 0
 
@@ -176,7 +177,7 @@ async def test_the_sweep_after_a_timeout_runs_off_the_event_loop(
     assert result.error_kind == TIMEOUT
     assert sweeps and threading.main_thread() not in sweeps
     if strong.uid is not None:
-        assert _pids_of_uid(strong.uid) == []  # the setsid child too
+        assert pids_of_uid(strong.uid) == []  # the setsid child too
     await assert_healthy(strong)
 
 
@@ -298,7 +299,7 @@ async def test_fork_bomb_is_contained(strong: LocalSandbox) -> None:
     result = await strong.run_python("import os\nwhile True:\n    os.fork()", timeout=5)
     assert not result.ok
     if strong.uid is not None:
-        assert _pids_of_uid(strong.uid) == []
+        assert pids_of_uid(strong.uid) == []
     assert host_processes() < before + 20, "fork bomb processes survived the call"
     await assert_healthy(strong)
 
@@ -368,7 +369,7 @@ async def test_a_program_that_ends_by_itself_leaves_nothing_and_needs_no_sweep(
     assert leftovers == [], f"{len(leftovers)} of the program's children outlived its call"
     assert sweeps == []
     if strong.uid is not None:
-        assert _pids_of_uid(strong.uid) == []
+        assert pids_of_uid(strong.uid) == []
     timed_out = await strong.run_python("while True:\n    pass", timeout=0.5)  # after a kill the sweep runs
     assert timed_out.error_kind == TIMEOUT and len(sweeps) == 1
     await assert_healthy(strong)
@@ -420,14 +421,14 @@ async def test_reset_sweeps_the_uid_only_after_a_run_not_seen_to_end_whole(
     result = await strong.run_python(code, timeout=10)
     assert result.ok and result.stdout == "started\n", result.stderr
     await strong.reset()
-    assert sweeps == [] and _pids_of_uid(strong.uid) == [] and _procs_with(token) == []
+    assert sweeps == [] and pids_of_uid(strong.uid) == [] and _procs_with(token) == []
     assert list(strong.workdir.iterdir()) == [] and list(strong._tmpdir.iterdir()) == []
     timed_out = await strong.run_python(
         f"import os\nos.system('/bin/sleep 1000 {token} &')\nwhile True: pass", timeout=0.5
     )
     assert timed_out.error_kind == TIMEOUT
     await strong.reset()
-    assert sweeps == [strong.uid] and _pids_of_uid(strong.uid) == [] and _procs_with(token) == []
+    assert sweeps == [strong.uid] and pids_of_uid(strong.uid) == [] and _procs_with(token) == []
     await strong.reset()
     assert sweeps == [strong.uid], "a sweep is owed once per run not seen to end, not at every reset"
     await assert_healthy(strong)
@@ -778,7 +779,7 @@ async def test_bwrap_killed_from_outside_is_a_sandbox_failure(local_sandbox) -> 
     """The bwrap process killed mid-call (chaos, an operator): sandbox_failed, never the program's Killed."""
     import asyncio
 
-    from sandboxes.soak import _children, _comm
+    from bench.sandbox_soak import _children, _comm
 
     if local_sandbox.isolation != "bwrap":
         pytest.skip("needs bwrap")

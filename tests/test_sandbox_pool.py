@@ -317,7 +317,19 @@ async def test_a_new_backend_reaps_a_dead_processes_containers_only() -> None:
 @docker
 def test_bench_finishes_on_this_machine_within_its_bound() -> None:
     env = {k: v for k, v in os.environ.items() if k != MAX_CONTAINERS_ENV}  # the default bound: 4 on 2 cores
-    argv = [sys.executable, "-m", "sandboxes.speed", "--n", "8", "--baseline-n", "4", "--total", "40", "--cold", "4"]
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.sandbox_speed",
+        "--n",
+        "8",
+        "--baseline-n",
+        "4",
+        "--total",
+        "40",
+        "--cold",
+        "4",
+    ]
     proc = subprocess.Popen(
         [*argv, "--skip-local", "--max-seconds", "240"],
         stdout=subprocess.PIPE,

@@ -13,7 +13,8 @@ import subprocess
 
 import pytest
 
-from sandboxes import soak
+from bench import sandbox_soak as soak
+from bench import soak_programs
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
@@ -28,12 +29,14 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
 def test_judge_tells_a_kill_from_the_programs_failure() -> None:
     from sandboxes.base import ExecResult
 
-    program = next(p for p in soak.PROGRAMS if p.name == "ok")
+    program = next(p for p in soak_programs.PROGRAMS if p.name == "ok")
     killed = ExecResult(ok=False, exit_code=-9, error_kind="Killed")
-    assert soak.judge(program, killed).startswith("ok: error kind 'Killed'")  # a kill scored as the model's: caught
+    assert soak_programs.judge(program, killed).startswith(
+        "ok: error kind 'Killed'"
+    )  # a kill scored as the model's: caught
     failed = ExecResult(ok=False, error_kind="SandboxError", sandbox_failed=True)
-    assert soak.judge(program, failed) == "sandbox_failed"
-    assert soak.judge(program, ExecResult(ok=True, stdout="499500\n")) == "ok"
+    assert soak_programs.judge(program, failed) == "sandbox_failed"
+    assert soak_programs.judge(program, ExecResult(ok=True, stdout="499500\n")) == "ok"
 
 
 def test_soak_local_with_its_bwrap_processes_killed(capsys: pytest.CaptureFixture[str]) -> None:

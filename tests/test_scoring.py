@@ -320,7 +320,7 @@ def test_the_kind_decides_read_or_run_in_one_place() -> None:
     verdict and the evaluation's scorers follow that one table, and a run kind asked for a read verdict is refused."""
     from typing import get_args
 
-    from harness.core.problems import KINDS
+    from harness.core.kinds import KINDS
     from harness.evals.scorers import SCORERS
     from harness.evals.tasks import SandboxName
     from sandboxes.backends import BACKEND_NAMES

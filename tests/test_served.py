@@ -25,16 +25,8 @@ from harness.core import chat
 from harness.core.messages import Message, ToolCall, system, to_openai, user
 from harness.core.protocol import TOOL_SCHEMA, serialize_call
 from harness.core.toolenv import PROJECT
-from harness.engines.serve import (
-    LOOPBACK,
-    ServeError,
-    Server,
-    chat_template_problem,
-    serve_argv,
-    served_chat_template,
-    served_name,
-    vllm_missing,
-)
+from harness.engines.serve import LOOPBACK, ServeError, Server, serve_argv, vllm_missing
+from harness.engines.served_model import chat_template_problem, served_chat_template, served_name
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,7 +154,8 @@ def test_a_served_directory_that_fails_to_write_stops_the_waiting_launcher(
 
 def _both_arms() -> list[Any]:
     """The aime24 fixture task with SAAR on and with SAAR off (one eval runs both, on one model)."""
-    from harness.reports.compare import build_task, task_file
+    from harness.evals.arms import build_task
+    from harness.reports.compare import task_file
 
     args = {"data": "fixture", "max_turns": 3, "max_tokens": 160, "sandbox": "local"}
     return [build_task(task_file("aime24"), {**args, "saar": saar}) for saar in (True, False)]
@@ -221,7 +214,8 @@ def test_inspect_vllm_provider_starts_the_server_itself_for_both_arms(
     from inspect_ai.log import resolve_sample_attachments
     from inspect_ai.model import get_model
 
-    from harness.engines.serve import CPU_SERVER_ARGS, ONE_ENGINE_PROCESS, served_dir, server_env
+    from harness.engines.serve import CPU_SERVER_ARGS, ONE_ENGINE_PROCESS, server_env
+    from harness.engines.served_model import served_dir
 
     needs_vllm()
     # KV cache, offline, no usage statistics (tox sets them too); the model in the engine-core process

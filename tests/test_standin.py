@@ -15,8 +15,9 @@ from typing import Any
 import psutil
 import pytest
 
+from bench.scripted_policy import Policy, decide
+from bench.standin import DEFAULT_NAME, HOST, StandinProcess
 from harness.core.toolenv import PROJECT
-from harness.engines.standin import DEFAULT_NAME, HOST, Policy, StandinProcess, decide
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,11 +166,11 @@ def test_the_executor_benchmark_s_engine_reads_back_what_the_executor_rendered()
     must make the policy answer exactly as the server answers the same conversation in OpenAI form (else that
     benchmark would measure another policy, e.g. one that never sees its failed runs)."""
     pytest.importorskip("openrlhf")
+    from bench.executor_speed import conversation
     from harness.core.chat import render
     from harness.core.messages import Message, to_openai
     from harness.core.protocol import ToolCall, format_result, serialize_call
     from trainers.core import _compat
-    from trainers.openrlhf_plugin.speed import conversation
 
     tokenizer = _compat.load_tokenizer()
     broken = "n = 23\nprint(totl)\n"

@@ -31,6 +31,7 @@ from harness.benchmarks.presets import PRESET_ONLY_FIELDS, PROTOCOL_ARGUMENTS, P
 from harness.benchmarks.registry import BENCHMARKS, NAMES, Benchmark
 from harness.cli import generate
 from harness.core.prompts import DEFAULT_TEMPLATES_PATH, PromptTemplates, default_templates
+from harness.evals import arms as arm_runs
 from harness.evals.tasks import (
     ARGUMENT_DOCS,
     COMMON_ARGUMENTS,
@@ -288,10 +289,10 @@ def test_a_registered_benchmark_gets_a_task_and_is_compared(tmp_path: Path, monk
     spec = compare.task_file("tiny")
     assert spec == f"{tasks_dir / 'tiny.py'}@tiny"
     assert [p.id for p in registry.load("tiny", path="fixture")] == ["tiny/algebra/1.json", "tiny/prealgebra/2.json"]
-    task = compare.build_task(spec, {"data": "fixture", "sandbox": "local", "subject": "Algebra"})
+    task = arm_runs.build_task(spec, {"data": "fixture", "sandbox": "local", "subject": "Algebra"})
     assert [s.id for s in task.dataset] == ["tiny/algebra/1.json"] and task.metadata["kind"] == "math"
 
-    dirs = compare.run_arms(
+    dirs = arm_runs.run_arms(
         ["tiny"],
         f"replay/{script}",
         log_dir=tmp_path / "logs",

@@ -106,7 +106,7 @@ def test_inspect_and_the_report_agree_on_each_metric_name(logs, task):
     """One definition per metric: Inspect's tool_failure_rate (a per-sample mean) is the report's tool_failure_rate;
     the report's pooled rate has its own name."""
     from harness.reports.compare import arm_from_log
-    from harness.reports.report import summarize
+    from harness.reports.stats import summarize
 
     log = logs[(task, True)]
     by_name = {score.name: score for score in log.results.scores}

@@ -6,7 +6,7 @@ holding the same string, are rendered on every path the project has, for every t
 
 * the embedded provider: Inspect messages -> ``from_inspect`` -> ``chat.render`` -> the tokenizer;
 * a served engine: Inspect messages -> Inspect's OpenAI message conversion -> the server's chat template
-  (the model's own, or :func:`harness.engines.serve.served_chat_template`) -> the tokenizer, special
+  (the model's own, or :func:`harness.engines.served_model.served_chat_template`) -> the tokenizer, special
   tokens parsed (what vLLM, SGLang and ``transformers serve`` do);
 * the trainers' token path: :func:`trainers.core.tokens.assemble`.
 
@@ -72,7 +72,7 @@ async def served_ids(tok, messages: list[Message]) -> list[int]:
     """What a served engine tokenizes: Inspect's OpenAI request rendered by the server's template."""
     from inspect_ai.model._openai import openai_chat_message
 
-    from harness.engines.serve import served_chat_template
+    from harness.engines.served_model import served_chat_template
 
     request = [dict(await openai_chat_message(m)) for m in to_inspect(messages)]
     text = tok.apply_chat_template(

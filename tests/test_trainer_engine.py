@@ -65,7 +65,7 @@ def policy():
 
 @pytest.fixture(scope="module")
 def engine(policy):
-    from harness.engines.serve import served_dir
+    from harness.engines.served_model import served_dir
 
     _, tokenizer = policy
     loop = asyncio.new_event_loop()
@@ -125,7 +125,7 @@ def test_merged_weights_are_the_checkpoint_names_and_the_lora_deltas(policy):
     import torch
     from safetensors import safe_open
 
-    from harness.engines.serve import served_dir
+    from harness.engines.served_model import served_dir
 
     model, _ = policy
     merged = dict(merged_weights(model))
@@ -167,7 +167,7 @@ def test_a_bfloat16_engine_after_a_sync_samples_the_policy_rounded(policy):
     """``cpu.engine_dtype: bfloat16`` (1.35x the tokens/s here): what the engine samples after a sync is the trainer's
     policy up to bfloat16's rounding: every greedy token within :data:`BF16_GAP` of the float32 model's argmax,
     where the stale weights' tokens are not."""
-    from harness.engines.serve import served_dir
+    from harness.engines.served_model import served_dir
 
     model, tokenizer = policy
     prompts = _prompts(tokenizer)

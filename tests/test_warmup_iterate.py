@@ -414,7 +414,7 @@ def test_regenerations_ran_and_repeated_have_one_definition():
 
 def test_the_report_counts_repeats_by_the_same_rule():
     from harness.reports.compare import ArmRun, SampleRecord
-    from harness.reports.report import events_by_error_kind
+    from harness.reports.stats import events_by_error_kind
 
     events = [
         SaarEvent(0, 1, "shallow", "NameError", similarity=1.0).to_dict(),

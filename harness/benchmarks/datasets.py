@@ -31,7 +31,8 @@ from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
-from harness.benchmarks.lcb import fn_name_of, parse_tests, problem_tests
+from harness.benchmarks.lcb import fn_name_of
+from harness.benchmarks.lcb_cases import parse_tests, problem_tests
 from harness.benchmarks.reference_data import is_reference_source, load_reference_parquet
 from harness.benchmarks.reference_data import tests_from_ground_truth as tests_from_ground_truth
 from harness.benchmarks.rows import DatasetError as DatasetError

@@ -75,7 +75,7 @@ class GeneratedProblem:
 
     def lcb_row(self) -> dict[str, str]:
         """The problem in LiveCodeBench's schema (first test public, the rest private)."""
-        from harness.benchmarks.lcb import encode_private_tests
+        from harness.benchmarks.lcb_cases import encode_private_tests
 
         if not self.is_code:
             raise ValueError(f"problem {self.id}: a {self.kind} problem has no LiveCodeBench row")

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal, get_args
 
-from harness.core.problems import Kind, check_kind, rollout_config
+from harness.core.kinds import Kind, check_kind
+from harness.core.problems import rollout_config
 from harness.core.rollout import RolloutConfig
 from harness.core.saar import SaarConfig
 from harness.core.settings import setting

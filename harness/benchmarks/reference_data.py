@@ -45,7 +45,7 @@ from harness.benchmarks.rows import (
     row_field,
     row_text,
 )
-from harness.core.problems import Kind
+from harness.core.kinds import Kind
 from harness.core.prompts import LETTERS, PromptTemplates, default_templates
 
 # --------------------------------------------------------------------------- the reference's evaluation files

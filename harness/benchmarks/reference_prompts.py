@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.core.problems import KINDS
+from harness.core.kinds import KINDS
 from harness.core.prompts import PromptTemplates, load_prompt_templates
 
 #: The commit whose prompts the project reads, and its file's path and sha256.

@@ -1,7 +1,7 @@
 """The benchmarks, each registered once: what the tasks, ``compare`` and the tests know of a benchmark.
 
 A :class:`Benchmark` names its loader (:mod:`harness.benchmarks.datasets`), the project's fixture
-(``-T data=fixture``), the kind of its problems (:data:`harness.core.problems.Kind`, which decides the
+(``-T data=fixture``), the kind of its problems (:data:`harness.core.kinds.Kind`, which decides the
 prompt template, the preset's protocol and the scorer) and the task arguments of its own. From
 :data:`BENCHMARKS` come:
 
@@ -31,7 +31,7 @@ from typing import Any, overload
 
 from harness.benchmarks import datasets as ds
 from harness.benchmarks.datasets import Problem
-from harness.core.problems import Kind, check_kind
+from harness.core.kinds import Kind, check_kind
 
 #: A benchmark's loader: ``loader(path, limit=None, *, templates=None, **options)``; ``path`` None is the hub,
 #: ``"fixture"`` the project's fixture (see :mod:`harness.benchmarks.datasets`).

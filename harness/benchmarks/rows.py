@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.problems import Kind
+from harness.core.kinds import Kind
 from harness.core.prompts import PromptTemplates, default_templates
 
 Row = dict[str, Any]
@@ -27,7 +27,7 @@ class Problem:
 
     ``prompt`` is the complete user message. ``target`` is what the scorer compares
     with: the answer for math, the letter after shuffling for GPQA, empty for code
-    (code is graded on the tests in ``metadata``, see :func:`harness.benchmarks.lcb.problem_tests`).
+    (code is graded on the tests in ``metadata``, see :func:`harness.benchmarks.lcb_cases.problem_tests`).
     """
 
     id: str

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.core.problems import Kind
+from harness.core.kinds import Kind
 
 logger = logging.getLogger(__name__)
 
@@ -275,11 +275,6 @@ def compare_math(answer: str, target: str) -> Verdict:
             "math-verify timed out comparing answer %r with target %r: counted as not equivalent", answer, target
         )
     return verdict
-
-
-def math_equivalent(answer: str, target: str) -> bool:
-    """Whether the LaTeX/plain ``answer`` is mathematically equivalent to ``target`` (:func:`compare_math`)."""
-    return compare_math(answer, target).equivalent
 
 
 def judge_math(completion: str | None, target: str) -> Verdict:

@@ -87,7 +87,8 @@ def _generate_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.reports.compare import read_arms, run_arms
+    from harness.evals.arms import run_arms
+    from harness.reports.compare import read_arms
     from harness.reports.report import side_by_side, write_report
 
     name = args.run or run_name()

@@ -168,7 +168,8 @@ def vllm_engine(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any],
 def compare_arms(args: argparse.Namespace, model: str, run_options: dict[str, Any], engine_note: str) -> int:
     """Both arms on ``model``, then on the replay script; write both reports and print the comparison."""
     from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl
-    from harness.reports.compare import read_arms, run_arms
+    from harness.evals.arms import run_arms
+    from harness.reports.compare import read_arms
     from harness.reports.report import paired_tests, side_by_side, verdict, write_report
 
     out = args.out

@@ -30,7 +30,6 @@ TRAINERS = {
 #: ``python -m sandboxes``'s commands and what each does
 SANDBOXES = {
     "run": "run Python files one after the other in one sandbox, one JSON line each",
-    "speed": "benchmark the sandbox backends",
 }
 #: the packages the front door forwards to, with their commands
 PACKAGES = {"trainers": TRAINERS, "sandboxes": SANDBOXES}

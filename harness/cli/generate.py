@@ -26,7 +26,7 @@ HELP = "write the generated sections (docs' tables, task functions) from the cod
 ROOT = Path(__file__).resolve().parents[2]
 
 #: The folders whose modules docs/layout.md lists, in its order.
-LAYOUT_TOPS = ("tasks", "cleaner", "harness", "sandboxes", "trainers")
+LAYOUT_TOPS = ("tasks", "cleaner", "harness", "sandboxes", "trainers", "bench")
 
 
 def summary(path: Path) -> str:

@@ -1,11 +1,4 @@
-"""The problem kinds, and the one builder of a rollout's configuration per kind.
-
-A problem is ``math`` (AIME, DAPO-style math: the answer is a number in ``\\boxed{}``),
-``gpqa`` (a choice letter in ``\\boxed{}``) or ``code`` (LiveCodeBench: the answer is a
-final ```python block). The kind decides how an assistant turn is parsed: for math and
-GPQA a bare ```python block is taken as a call of the python tool (small models write
-them that way), but for code that block IS the answer the prompt asks for, so running it
-as a tool call (and letting SAAR purify it) would execute and rewrite final answers.
+"""The one builder of a rollout's configuration per problem kind (:mod:`harness.core.kinds`).
 
 Evaluation (:mod:`harness.evals.tasks`) and both trainers (``trainers/openrlhf_plugin/executor.py``,
 ``trainers/cpu/rollouts.py``) build their :class:`~harness.core.rollout.RolloutConfig` with
@@ -15,26 +8,10 @@ Evaluation (:mod:`harness.evals.tasks`) and both trainers (``trainers/openrlhf_p
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Literal, get_args
+from typing import Any
 
+from harness.core.kinds import Kind, python_fence_is_call
 from harness.core.rollout import RolloutConfig
-
-Kind = Literal["math", "gpqa", "code"]
-
-#: Every problem kind, in a stable order.
-KINDS: tuple[Kind, ...] = get_args(Kind)
-
-
-def check_kind(kind: object, where: str = "problem") -> Kind:
-    """``kind`` as a :data:`Kind`, or a ValueError naming ``where`` and the choices."""
-    if kind not in KINDS:
-        raise ValueError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    return kind  # type: ignore[return-value]
-
-
-def python_fence_is_call(kind: Kind) -> bool:
-    """Whether a bare ```python block in an assistant turn is a tool call (not for code: it is the answer)."""
-    return check_kind(kind) != "code"
 
 
 def rollout_config(kind: Kind, base: RolloutConfig | None = None, **fields: Any) -> RolloutConfig:

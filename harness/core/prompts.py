@@ -42,7 +42,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from harness.core.problems import KINDS
+from harness.core.kinds import KINDS
 
 LETTERS = "ABCD"
 

@@ -48,7 +48,7 @@ class Sampled:
 
 
 class OfflineEngine:
-    """vLLM's ``AsyncLLM`` on a model directory (see :func:`harness.engines.serve.served_dir`)."""
+    """vLLM's ``AsyncLLM`` on a model directory (see :func:`harness.engines.served_model.served_dir`)."""
 
     def __init__(
         self, model_dir: str | Path, *, dtype: str = "bfloat16", max_model_len: int = MAX_MODEL_LEN, seed: int = 0

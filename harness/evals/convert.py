@@ -52,14 +52,6 @@ def tool_info(env: ToolEnv) -> ToolInfo:
 PYTHON_TOOL = tool_info(PROJECT)
 
 
-def tool_schema(tool: ToolInfo) -> dict:
-    """An Inspect tool as the JSON schema chat templates take (the inverse of :func:`tool_info`)."""
-    return {
-        "type": "function",
-        "function": tool.model_dump(exclude_none=True, include={"name", "description", "parameters"}),
-    }
-
-
 def to_inspect(messages: list[Message]) -> list[ChatMessage]:
     out: list[ChatMessage] = []
     for m in messages:

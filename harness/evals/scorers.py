@@ -40,11 +40,11 @@ from typing import Any
 from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
 from inspect_ai.solver import TaskState
 
-from harness.benchmarks import lcb, scoring
+from harness.benchmarks import lcb, lcb_program, scoring
 from harness.benchmarks.datasets import Problem
 from harness.benchmarks.presets import JUDGES, Judge
+from harness.core.kinds import Kind
 from harness.core.metrics import TrajectoryMetrics
-from harness.core.problems import Kind
 from harness.core.response import response_text
 from harness.evals.convert import from_inspect
 from harness.evals.solver import TRAJECTORY, current_sandbox
@@ -177,7 +177,7 @@ def code_scorer(problems: Sequence[Problem], judge: Judge = "lenient", timeout_p
         completion = state.output.completion
         metadata = by_id[str(state.sample_id)]
 
-        async def graded(text: str | None, rule: lcb.Rule) -> lcb.CodeGrade:
+        async def graded(text: str | None, rule: lcb_program.Rule) -> lcb.CodeGrade:
             return await lcb.grade_completion(
                 current_sandbox(), text, metadata, timeout_per_test=timeout_per_test, all_tests=False, rule=rule
             )
@@ -192,7 +192,7 @@ def code_scorer(problems: Sequence[Problem], judge: Judge = "lenient", timeout_p
             reference = await graded(response, "reference")
             extra = {"accuracy_lenient": 1.0 if official.all_passed else 0.0}
             explanation = f"reference: {reference.describe()}; official: {official.describe()}"
-            answer = lcb.reference_code(response)
+            answer = lcb_program.reference_code(response)
             result = _judged_score(state, judge, reference.all_passed, answer, extra, explanation)
             grades = {"reference": reference.to_dict(), "official": official.to_dict()}
         result.metadata = {**(result.metadata or {}), "grades": grades}

@@ -32,7 +32,7 @@ from inspect_ai.util import SandboxEnvironmentSpec
 from harness.benchmarks.datasets import Problem
 from harness.benchmarks.presets import PROTOCOL_ARGUMENTS, EvalProtocol, protocol_field, protocol_hint, resolve
 from harness.benchmarks.registry import Benchmark, benchmark
-from harness.core.problems import Kind
+from harness.core.kinds import Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
 from harness.core.settings import setting, setting_default, setting_help
 from harness.evals.concurrency import METADATA_KEY, Concurrency, preset_concurrency

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from harness.benchmarks.presets import PRESETS, EvalProtocol, resolve
-from harness.core.problems import KINDS, Kind
+from harness.core.kinds import KINDS, Kind
 from harness.core.prompts import PromptTemplates, load_prompt_templates
 
 #: The dtype the reference's evaluation served each preset's model in, by problem kind: an engine setting, not a

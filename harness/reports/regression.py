@@ -11,7 +11,7 @@ A baseline is a YAML file under ``results/baselines/``::
     task_args: {sandbox: local}  # optional: any other -T arguments
     model_args: {}               # optional: -M arguments
     generate: {temperature: 0}   # optional: GenerateConfig fields (temperature, max_tokens, seed, ...)
-    metrics:                     # names from harness.reports.report.summarize
+    metrics:                     # names from harness.reports.stats.summarize
       accuracy: {value: 0.5, tolerance: 0.0}
       tool_failure_rate_pooled: {value: 0.25, tolerance: 0.05}
       saar_shallow: 1            # a bare number: exact
@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from harness.reports.compare import ArmRun, CompareError, arm_from_log, read_arms, task_file, task_name
-from harness.reports.report import summarize
+from harness.reports.stats import summarize
 
 #: Where the baselines live in the repository.
 BASELINES_DIR = Path(__file__).resolve().parents[2] / "results" / "baselines"

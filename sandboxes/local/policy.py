@@ -43,7 +43,8 @@ from sandboxes.local.isolation import (
     unisolated_allowed,
     warn_unisolated_once,
 )
-from sandboxes.local.procs import _probe, _ProbeDirs, _UidLease
+from sandboxes.local.procs import _probe, _ProbeDirs
+from sandboxes.local.uids import UidLease
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ def _bwrap_failure(bwrap: str, interp: Interpreter, uid_range: tuple[int, int]) 
     """Why bwrap cannot run ``interp`` here (as a sandbox uid when root), or None when it can. Once per process."""
     key = (bwrap, interp.path, os.geteuid() == 0)
     if key not in _bwrap_failures:
-        lease = _UidLease(uid_range) if key[2] else None
+        lease = UidLease(uid_range) if key[2] else None
         uid = lease.uid if lease else None
 
         def argv(d: _ProbeDirs) -> list[str]:
@@ -231,7 +232,7 @@ def _bwrap_failure(bwrap: str, interp: Interpreter, uid_range: tuple[int, int]) 
 def _plain_drop_failure(interp: Interpreter, uid_range: tuple[int, int]) -> str | None:
     """As root without bwrap: why a sandbox uid cannot run ``interp``, or None when it can."""
     if interp.path not in _plain_failures:
-        lease = _UidLease(uid_range)
+        lease = UidLease(uid_range)
         try:
             _plain_failures[interp.path] = _probe(
                 lambda d: [interp.path, "-E", "-s", "-c", "pass"],

@@ -68,22 +68,14 @@ from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.errors import classify
 from sandboxes.local.isolation import BWRAP_WORKDIR, bwrap_argv, find_bwrap, interpreter
 from sandboxes.local.policy import LocalConfig, choose_isolation, prlimit_argv, scrubbed_env, set_rlimits
-from sandboxes.local.procs import (
-    UID_LOCK_DIR,
-    NamespaceWatch,
-    _pids_of_uid,
-    _text,
-    _UidLease,
-    kill_uid,
-    run_fenced,
-)
+from sandboxes.local.procs import NamespaceWatch, _text, run_fenced
+from sandboxes.local.uids import UID_LOCK_DIR, UidLease, kill_uid, pids_of_uid
 from sandboxes.owner import orphaned, owner_labels
 
 __all__ = [
     "UID_LOCK_DIR",
     "LocalConfig",
     "LocalSandbox",
-    "_pids_of_uid",
     "choose_isolation",
     "find_bwrap",
     "kill_uid",
@@ -116,7 +108,7 @@ class LocalSandbox(Sandbox):
         self._interp = interpreter(self.config.python)
         self.choice = choose_isolation(self.config)
         self.isolation = self.choice.isolation
-        self._lease = _UidLease(self.config.uid_range) if os.geteuid() == 0 else None
+        self._lease = UidLease(self.config.uid_range) if os.geteuid() == 0 else None
         self._base = Path(tempfile.mkdtemp(prefix=DIR_PREFIX)).resolve()
         os.chmod(self._base, 0o755)
         (self._base / OWNER_FILE).write_text(json.dumps(owner_labels()))
@@ -126,7 +118,6 @@ class LocalSandbox(Sandbox):
         if self._lease is not None:
             kill_uid(self._lease.uid)  # leftovers of a crashed earlier owner of this uid
         self._closed = False
-        self._calls = 0
         #: runs since the last sweep of the uid whose pid namespace was not seen to end (they may have left something)
         self._unproven_runs = 0
         _open_sandboxes.add(self)
@@ -262,10 +253,9 @@ class LocalSandbox(Sandbox):
         cpu = int(math.ceil(self.config.cpu_seconds or timeout + 1))
         nproc = self.config.max_processes
         if self._lease is None and os.geteuid() != 0:
-            nproc += len(_pids_of_uid(os.getuid()))  # RLIMIT_NPROC counts all of the user's processes
+            nproc += len(pids_of_uid(os.getuid()))  # RLIMIT_NPROC counts all of the user's processes
         proc_env = self._env()
         proc_env.update(env or {})
-        self._calls += 1
         self._unproven_runs += 1
         namespace = NamespaceWatch() if self.isolation == "bwrap" else None
         try:

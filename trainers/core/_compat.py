@@ -4,7 +4,7 @@
 anywhere), ``harness.engines.models.load_model`` (the embedded SmolLM2 model) and
 ``sandboxes.backends.get_backend`` are the shared implementations; this module imports
 them. Where the model loader is missing (a partial checkout), a minimal stand-in with the
-same contract is used and named as such by :func:`stand_ins`.
+same contract is used.
 """
 
 from __future__ import annotations
@@ -21,11 +21,6 @@ def _has(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except ModuleNotFoundError:
         return False
-
-
-def stand_ins() -> list[str]:
-    """Which shared parts are replaced by this module's stand-ins."""
-    return [m for m in ("harness.engines.models", "sandboxes.backends") if not _has(m)]
 
 
 def get_render() -> Any:

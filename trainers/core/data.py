@@ -49,7 +49,7 @@ from harness.core.prompts import PromptTemplateError, PromptTemplates
 
 if TYPE_CHECKING:
     from harness.benchmarks.generators import GeneratedProblem
-from harness.core.problems import KINDS, Kind
+from harness.core.kinds import KINDS, Kind
 
 HUB_ID = "Gen-Verse/Open-AgentRL-30K"
 DATA_DIR = Path(__file__).parents[1] / "data"

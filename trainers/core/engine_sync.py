@@ -138,11 +138,9 @@ class EngineSampler:
         self.tokenizer, self.cfg, self.dtype = tokenizer, cfg, cfg.engine_dtype
         self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
         self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
-        start = time.perf_counter()
         # the harness's engine on CPU: the model in the engine-core process (no worker process polling the core the
         # trainer computes on), whole prefills only (a chunked prefill of a seeded request kills vLLM 0.32 on CPU)
         self.engine = OfflineEngine(model_dir, dtype=self.dtype, max_model_len=max_model_len, seed=cfg.seed).engine
-        self.build_s = time.perf_counter() - start
         self.requests = 0
         self.synced_step: int | None = None
         self.sync_s = 0.0

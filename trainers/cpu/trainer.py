@@ -166,7 +166,7 @@ class CpuTrainer:
         if why and self.progress:
             print(f"cpu.engine auto: rollouts generated in process, not on vLLM ({why})", flush=True)
         if engine == "vllm":
-            from harness.engines.serve import served_dir  # noqa: PLC0415
+            from harness.engines.served_model import served_dir  # noqa: PLC0415
             from trainers.core.engine_sync import EngineSampler  # noqa: PLC0415
 
             model_dir = served_dir(self.recipe.model)

@@ -253,7 +253,7 @@ def load_policy(adapter: str) -> tuple[Any, Any]:
     from peft import PeftModel
 
     from harness.engines.models import load_model, resolve_spec
-    from harness.engines.serve import model_spec
+    from harness.engines.served_model import model_spec
 
     kind, path = resolve_spec(model_spec(adapter))
     if kind != "adapter":
@@ -304,7 +304,7 @@ def run(cfg: IterateConfig, *, progress: bool = True) -> Path:
 async def _run(cfg: IterateConfig, *, progress: bool) -> Path:
     import torch
 
-    from harness.engines.serve import served_dir
+    from harness.engines.served_model import served_dir
     from harness.engines.vllm_offline import OfflineEngine
     from sandboxes.backends import get_backend
     from trainers.core.engine_sync import engine_env, sync_weights

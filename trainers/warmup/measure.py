@@ -44,9 +44,10 @@ from inspect_ai.model import ChatMessage
 from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
 from harness.benchmarks.registry import WARM_MEASURE
 from harness.core.environ import temporary_environ
+from harness.core.kinds import Kind
 from harness.core.metrics import Regenerations, rate
-from harness.core.problems import Kind
-from harness.reports.compare import ArmRun, read_arms, run_arms, scored
+from harness.evals.arms import run_arms
+from harness.reports.compare import ArmRun, read_arms, scored
 from trainers.core.config import ENGINE_DTYPES
 from trainers.warmup.config import HELD_OUT_SEED
 

@@ -7,7 +7,7 @@ on, and prints per step and per arm: rollout wall time, generated tokens (discar
 regenerations included), failed calls and SAAR events, then the on/off ratios (target:
 time <= 1.3x). No training happens: both arms sample from the same policy.
 
-    python -m trainers.cpu.speed [--recipe cpu-smoke] [--steps 4]
+    python -m bench.cpu_rollout_speed [--recipe cpu-smoke] [--steps 4]
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ async def _arm(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainers.cpu.speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu_rollout_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="cpu-smoke")
     parser.add_argument("--steps", type=int, default=4)
     args = parser.parse_args(argv)

@@ -1,4 +1,4 @@
-"""Benchmark of the sandbox backends: ``python -m sandboxes.speed`` prints one JSON object.
+"""Benchmark of the sandbox backends: ``python -m bench.sandbox_speed`` prints one JSON object.
 
 Measured in the same run, so that the figures compare:
 
@@ -320,7 +320,7 @@ async def bounded(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sandboxes.speed", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.sandbox_speed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=300, help="calls per latency figure of the docker backend")
     parser.add_argument("--baseline-n", type=int, default=30, help="calls per figure of the slow baselines")
     parser.add_argument("--total", type=int, default=1000, help="calls per throughput figure")

@@ -1,9 +1,9 @@
 """The harness at a GPU engine's speed: Inspect, the solver, the SAAR loop and the sandbox against the stand-in.
 
-python -m harness.evals.speed                                   # 16 64 256 in flight, local (+docker), SAAR on/off
-python -m harness.evals.speed --in-flight 64 --saar on --sandboxes local --profile /tmp/speed-prof
+python -m bench.eval_speed                                   # 16 64 256 in flight, local (+docker), SAAR on/off
+python -m bench.eval_speed --in-flight 64 --saar on --sandboxes local --profile /tmp/speed-prof
 
-The engine is :mod:`harness.engines.standin` (a scripted policy that answers at once, not a model) in a
+The engine is :mod:`bench.standin` (a scripted policy that answers at once, not a model) in a
 child process, reached through Inspect's own ``vllm/`` provider (``--provider sglang`` for ``sglang/``) with
 ``model_base_url``, so no engine is started. Every configuration is one ``inspect_ai.eval`` of
 ``tasks/aime24.py`` on the fixture (4 problems, ``--epochs`` = samples / 4) with ``max_connections`` and
@@ -30,21 +30,18 @@ stand-in that does not start. A docker sample holds a container from its start t
 
 Profiles: ``--profile DIR`` runs each timed eval under cProfile, writes its stats there and prints the top
 entries; ``--py-spy DIR`` samples each eval process with py-spy (``pip install py-spy``), writes its raw stacks
-there and prints where the timed eval's CPU went (:data:`BUCKETS`: Inspect's generate and provider, its
-transcript and realtime buffer, the log writer, the solver and SAAR, the sandbox pool), per generation and per
-call. The figures of a profiled run are not the harness's speed.
+there and prints where the timed eval's CPU went (:data:`bench.eval_profiles.BUCKETS`: Inspect's generate and
+provider, its transcript and realtime buffer, the log writer, the solver and SAAR, the sandbox pool), per generation
+and per call. The figures of a profiled run are not the harness's speed.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import json
 import os
 import platform
-import pstats
-import re
 import resource
 import shutil
 import subprocess
@@ -56,13 +53,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.engines.standin import Policy, StandinConfig, StandinError, StandinProcess, cpu_seconds, program
+from bench.ceilings import cpu_of, sandbox_ceiling, server_ceiling
+from bench.eval_profiles import SPY_RATE, print_profile, stack_report
+from bench.scripted_policy import Policy
+from bench.standin import StandinConfig, StandinError, StandinProcess, cpu_seconds
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 TASK = "tasks/aime24.py"
 PROBLEMS = 4  #: problems in the aime24 fixture
 RESULT = "SPEED_RESULT"  #: the marker of a child's result line
-PROFILE_TOP = 45  #: entries of a profile printed
 
 
 @dataclass(frozen=True)
@@ -137,119 +136,7 @@ HEADER = (
 )
 
 
-# -- the stand-in's own ceiling ---------------------------------------------------------------------------------
-
-
-def _sample_request(name: str) -> dict[str, Any]:
-    """A request like the harness's third turn: system, user, a call and its result, the python tool."""
-    call = {"id": "c1", "type": "function", "function": {"name": "python", "arguments": '{"code": "print(1)"}'}}
-    tool = {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}
-    return {
-        "model": name,
-        "seed": 7,
-        "tools": [{"type": "function", "function": {"name": "python", "description": "Run.", "parameters": tool}}],
-        "messages": [
-            {"role": "system", "content": "s" * 300},
-            {"role": "user", "content": "u" * 500},
-            {"role": "assistant", "content": "a" * 400, "tool_calls": [call]},
-            {"role": "tool", "content": "1", "tool_call_id": "c1"},
-        ],
-    }
-
-
-async def _hammer(url: str, body: dict[str, Any], connections: int, seconds: float) -> int:
-    import aiohttp
-
-    done = 0
-    payload = json.dumps(body).encode()
-    headers = {"Content-Type": "application/json"}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections)) as session:
-        end = time.monotonic() + seconds
-
-        async def worker() -> None:
-            nonlocal done
-            while time.monotonic() < end:
-                async with session.post(f"{url}/chat/completions", data=payload, headers=headers) as response:
-                    await response.read()
-                    if response.status != 200:
-                        raise RuntimeError(f"the stand-in answered {response.status}")
-                    done += 1
-
-        await asyncio.gather(*(worker() for _ in range(connections)))
-    return done
-
-
-def server_ceiling(server: StandinProcess, connections: Sequence[int], seconds: float) -> list[dict[str, float]]:
-    """Requests/s of the stand-in under a trivial client, and its CPU per request, at each connection count."""
-    rows = []
-    for n in connections:
-        cpu, start = server.cpu_seconds(), time.monotonic()
-        done = asyncio.run(_hammer(server.base_url, _sample_request(server.name), n, seconds))
-        wall, cpu = time.monotonic() - start, server.cpu_seconds() - cpu
-        rows.append(
-            {
-                "connections": n,
-                "requests": done,
-                "requests_per_s": done / wall,
-                "server_cpu_ms_per_request": 1000 * cpu / done if done else 0.0,
-                "server_util": cpu / wall,
-            }
-        )
-    return rows
-
-
-# -- a sandbox's own ceiling -----------------------------------------------------------------------------------
-
-
-async def _run_programs(name: str, concurrency: int, seconds: float) -> tuple[int, int]:
-    from sandboxes.backends import get_backend
-
-    code, done, failed = program(57), 0, 0
-    backend = get_backend(name)
-    try:
-        boxes = [await backend.acquire() for _ in range(concurrency)]
-        await asyncio.gather(*(box.run_python("pass") for box in boxes))  # first use is not measured
-        end = time.monotonic() + seconds
-
-        async def worker(box: Any) -> None:
-            nonlocal done, failed
-            while time.monotonic() < end:
-                result = await box.run_python(code, timeout=10.0)
-                done, failed = done + 1, failed + (not result.ok)
-
-        await asyncio.gather(*(worker(box) for box in boxes))
-        for box in boxes:
-            await backend.release(box)
-    finally:
-        await backend.shutdown()
-    return done, failed
-
-
-def sandbox_ceiling(name: str, concurrency: Sequence[int], seconds: float) -> list[dict[str, Any]]:
-    """Calls/s of the policy's program in sandbox ``name`` with no Inspect around it, ``c`` sandboxes at once."""
-    rows = []
-    for c in concurrency:
-        self0, start = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
-        done, failed = asyncio.run(_run_programs(name, c, seconds))
-        wall, cpu = time.monotonic() - start, _cpu(resource.getrusage(resource.RUSAGE_SELF)) - _cpu(self0)
-        rows.append(
-            {
-                "sandbox": name,
-                "concurrency": c,
-                "calls": done,
-                "failed": failed,
-                "calls_per_s": done / wall,
-                "caller_cpu_ms_per_call": 1000 * cpu / done if done else 0.0,
-            }
-        )
-    return rows
-
-
 # -- one configuration, in a child process ----------------------------------------------------------------------
-
-
-def _cpu(usage: resource.struct_rusage) -> float:
-    return usage.ru_utime + usage.ru_stime
 
 
 def _eval(spec: dict[str, Any], config: Config, samples: int, log_dir: str) -> Any:
@@ -307,8 +194,8 @@ def run_config(spec: dict[str, Any]) -> Figures:
         wall_s=wall,
         generations=sum(1 for s in samples for e in s.events if isinstance(e, ModelEvent)),
         tool_calls=sum(int((s.metadata or {}).get("trajectory", {}).get("tool_calls", 0)) for s in samples),
-        harness_cpu_s=_cpu(self1) - _cpu(self0),
-        children_cpu_s=_cpu(children1) - _cpu(children0),
+        harness_cpu_s=cpu_of(self1) - cpu_of(self0),
+        children_cpu_s=cpu_of(children1) - cpu_of(children0),
         server_cpu_s=server,
         peak_rss_mb=self1.ru_maxrss / 1024,
         log_bytes=os.path.getsize(location) if location and os.path.exists(location) else 0,
@@ -342,7 +229,7 @@ def run_child(
         "profile": profile,
     }
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    argv = [sys.executable, "-m", "harness.evals.speed", "--child", json.dumps(spec)]
+    argv = [sys.executable, "-m", "bench.eval_speed", "--child", json.dumps(spec)]
     if stacks is not None:
         argv = ["py-spy", "record", "--rate", str(SPY_RATE), "--format", "raw", "--output", stacks, "--", *argv]
     done = subprocess.run(
@@ -361,86 +248,6 @@ def run_child(
             os.getloadavg()[0], error=f"the eval process exited {done.returncode}:\n{tail}",
         )  # fmt: skip
     return Figures(**json.loads(line.split(" ", 1)[1]))
-
-
-def print_profile(path: str, top: int = PROFILE_TOP) -> None:
-    stats = pstats.Stats(path)
-    stats.sort_stats("cumulative").print_stats(top)
-    stats.sort_stats("tottime").print_stats(top)
-
-
-#: Sampled stacks per second of ``--py-spy``.
-SPY_RATE = 100
-#: Where an eval process's time goes: a name and a frame a sampled stack passes through (inclusive, so the rows
-#: overlap; an indented row is part of the row above it).
-BUCKETS: tuple[tuple[str, str], ...] = (
-    ("the solver's sample loop (harness.evals.solver)", r"^saar_agent\.<locals>\.solve \(harness/evals/solver"),
-    ("  rollout: a model call (Inspect's generate in it)", r"^RolloutState\.generate_turn \("),
-    ("    Inspect Model.generate", r"^Model\.generate \(inspect_ai/model/_model"),
-    ("      the provider: openai SDK, httpx", r"^OpenAICompatibleAPI\.generate \("),
-    ("        openai SDK request transform", r"^async_transform \(openai/"),
-    ("        httpx send and receive", r"^AsyncClient\.send \(httpx"),
-    ("      ModelEvent updates", r"^Transcript\._event_updated \("),
-    ("  rollout: a tool call (the span, the proxy, the sandbox)", r"^RolloutState\.execute \("),
-    ("    the local sandbox's run_python", r"^LocalSandbox\.run_python \("),
-    ("  SAAR rollbacks (their regenerations and runs)", r"^rollback \(harness/core/saar"),
-    ("Inspect span() enter and exit", r"^span \(inspect_ai/util/_span"),
-    ("Inspect transcript: every event", r"^Transcript\._process_event \("),
-    ("  realtime sample buffer (SQLite): log_events", r"^SampleBufferDatabase\.log_events \("),
-    ("    condensing events for it", r"^SampleBufferDatabase\._condense_event \("),
-    ("log writer: samples into the .eval log", r"^(log_sample \(inspect_ai|TaskLogger\._flush_pending_samples \()"),
-    ("pydantic, anywhere", r"pydantic"),
-    ("copy.deepcopy, anywhere", r"^deepcopy \(copy\.py"),
-    ("a sample's sandbox: init and cleanup (Inspect side)", r"^(init|cleanup)_sandbox_environments_sample \("),
-    ("local pool: a new LocalSandbox (in a thread)", r"^LocalSandbox\.__init__ \("),
-    ("  its uid lease", r"^_UidLease\.__init__ \("),
-    ("kill_uid: /proc scans for a uid's processes (threads)", r"^kill_uid \("),
-    ("scoring", r"score"),
-)
-#: A stack whose innermost frame is one of these is a thread waiting, not working.
-IDLE_LEAVES = (
-    r"^(_worker \(concurrent/futures/thread|ThreadedChildWatcher\._do_waitpid|Condition\.wait|Queue\.get"
-    r"|EpollSelector\.select|select \(selectors)"
-)
-
-
-def read_stacks(path: str) -> list[tuple[list[str], int]]:
-    """py-spy's raw output: the timed eval's stacks and every thread's, waiting threads left out."""
-    idle, stacks = re.compile(IDLE_LEAVES), []
-    for line in Path(path).read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        frames = stack.split(";")
-        if not frames or idle.search(frames[-1]):
-            continue
-        if frames[0].startswith("Thread._bootstrap") or any(f.startswith("_timed_eval (") for f in frames):
-            stacks.append((frames, int(count)))
-    return stacks
-
-
-def stack_report(path: str, figures: Figures) -> list[str]:
-    """Where the eval's CPU went: each bucket's share of the busy samples, as CPU ms per generation and per call
-    (the eval's measured CPU spread over its busy samples; a waiting-but-runnable thread counts as busy)."""
-    stacks = read_stacks(path)
-    busy = sum(n for _, n in stacks)
-    if not busy or not figures.generations or not figures.tool_calls:
-        return [f"# {path}: no busy samples"]
-    ms = 1000 * figures.harness_cpu_s / busy
-    lines = [f"# {path}: {busy} busy samples over {figures.harness_cpu_s:.1f} CPU s", "share  ms/gen ms/call  what"]
-    for name, pattern in BUCKETS:
-        rx = re.compile(pattern)
-        n = sum(count for frames, count in stacks if any(rx.search(f) for f in frames))
-        lines.append(
-            f"{100 * n / busy:4.1f}% {n * ms / figures.generations:7.2f} {n * ms / figures.tool_calls:7.2f}  {name}"
-        )
-    leaves: dict[str, int] = {}
-    for frames, count in stacks:
-        where = re.search(r"\(([^:)]+)", frames[-1])
-        parts = (where.group(1) if where else frames[-1]).split("/")
-        key = "/".join(parts[:2]) if parts[0] == "inspect_ai" else parts[0]
-        leaves[key] = leaves.get(key, 0) + count
-    top = sorted(leaves.items(), key=lambda kv: -kv[1])[:12]
-    lines.append("self time by module: " + ", ".join(f"{k} {100 * v / busy:.0f}%" for k, v in top))
-    return lines
 
 
 # -- the whole benchmark ----------------------------------------------------------------------------------------
@@ -517,7 +324,7 @@ def bench(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     policy = Policy(calls=args.calls, fail_rate=args.fail_rate)
     report: dict[str, Any] = {
-        "command": " ".join(["python -m harness.evals.speed", *sys.argv[1:]]),
+        "command": " ".join(["python -m bench.eval_speed", *sys.argv[1:]]),
         "machine": machine(),
         "provider": args.provider,
         "policy": asdict(policy),
@@ -565,7 +372,9 @@ def bench(args: argparse.Namespace) -> int:
             if profile and os.path.exists(profile):
                 print_profile(profile)
             if stacks and os.path.exists(stacks):
-                report.setdefault("stacks", {})[config.label] = stack_report(stacks, figures)
+                report.setdefault("stacks", {})[config.label] = stack_report(
+                    stacks, figures.harness_cpu_s, figures.generations, figures.tool_calls
+                )
                 print("\n".join(report["stacks"][config.label]), flush=True)
     finally:
         server.stop()
@@ -577,7 +386,7 @@ def bench(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.evals.speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.eval_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--in-flight", nargs="+", type=int, default=[16, 64, 256], help="samples in flight")
     parser.add_argument("--samples", type=int, default=128, help="samples per configuration, at least")

@@ -1,13 +1,13 @@
 """The OpenRLHF executor at a GPU engine's speed: a rollout batch through the real AgentExecutor.
 
-python -m trainers.openrlhf_plugin.speed                          # 64 and 256 trajectories, SAAR on and off, local
-python -m trainers.openrlhf_plugin.speed --batch 256 --saar on --sandboxes local docker
-python -m trainers.openrlhf_plugin.speed --saar on --rollout-logprobs    # importance-sampling correction on
-python -m trainers.openrlhf_plugin.speed --prefill-cost 512 1024 2048    # the scoring prefill on vLLM (warm model)
+python -m bench.executor_speed                          # 64 and 256 trajectories, SAAR on and off, local
+python -m bench.executor_speed --batch 256 --saar on --sandboxes local docker
+python -m bench.executor_speed --saar on --rollout-logprobs    # importance-sampling correction on
+python -m bench.executor_speed --prefill-cost 512 1024 2048    # the scoring prefill on vLLM (warm model)
 
 OpenRLHF awaits ``AgentExecutor.execute(prompt, label, sampling_params, max_length, tokenizer, engine)`` for every
 sample of a rollout batch at once, token-in and token-out against its vLLM engine. Here the engine is
-:class:`StandinEngine`: the stand-in's scripted policy (:func:`harness.engines.standin.decide`, not a model) behind
+:class:`StandinEngine`: the stand-in's scripted policy (:func:`bench.scripted_policy.decide`, not a model) behind
 the engine's ``generate(prompt_token_ids, sampling_params)``. It decodes the context, reads the conversation back
 from the chat template's markers, lets the policy answer and returns the answer's token ids (SmolLM2's tokenizer)
 at once. Its own CPU (decode, policy, encode) is timed per call and taken out, so what is left is the executor:
@@ -48,9 +48,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from bench.scripted_policy import Policy, decide
 from harness.core.protocol import parse_turn, serialize_call
 from harness.core.toolenv import PROJECT
-from harness.engines.standin import Policy, decide
 
 #: The chat template's turn markers (SmolLM2's ChatML, the tokenizer the benchmark loads).
 _TURN = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.S)
@@ -225,7 +225,7 @@ async def _prefill_cost(lengths: Sequence[int], repeats: int) -> list[dict[str, 
 
     from vllm import SamplingParams
 
-    from harness.engines.serve import served_dir
+    from harness.engines.served_model import served_dir
     from harness.engines.vllm_offline import OfflineEngine
     from trainers.core.rescore import rescore
 
@@ -275,9 +275,7 @@ async def _prefill_cost(lengths: Sequence[int], repeats: int) -> list[dict[str, 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m trainers.openrlhf_plugin.speed", description=__doc__.splitlines()[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench.executor_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--batch", nargs="+", type=int, default=[64, 256], help="trajectories at once")
     parser.add_argument("--saar", nargs="+", default=["on", "off"], choices=["on", "off"])
     parser.add_argument("--sandboxes", nargs="+", default=["local"], choices=["local", "docker"])
@@ -308,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for row in cost:
             print(f"{row['tokens']:6d}  {row['prefill_ms_per_token']:16.3f}  {row['decode_ms_per_token']:15.3f}")
         if args.json:
-            command = " ".join(["python -m trainers.openrlhf_plugin.speed", *sys.argv[1:]])
+            command = " ".join(["python -m bench.executor_speed", *sys.argv[1:]])
             Path(args.json).write_text(json.dumps({"command": command, "prefill_cost": cost}, indent=2))
         return 0
 
@@ -326,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                {"command": " ".join(["python -m trainers.openrlhf_plugin.speed", *sys.argv[1:]]), "results": rows},
+                {"command": " ".join(["python -m bench.executor_speed", *sys.argv[1:]]), "results": rows},
                 f,
                 indent=2,
             )

@@ -5,7 +5,7 @@ the CPU engines here, so that what is measured against it is the harness (Inspec
 loop, the sandbox) and not the engine. It is the project's own server, bound to ``127.0.0.1`` only (there
 is no option for any other address)::
 
-    python -m harness.engines.standin --port 8123        # serves "cleaner-standin"
+    python -m bench.standin --port 8123        # serves "cleaner-standin"
     VLLM_BASE_URL=http://127.0.0.1:8123/v1 inspect eval tasks/aime24.py \\
         --model vllm/cleaner-standin -T data=fixture -T sandbox=local
     inspect eval tasks/aime24.py --model sglang/cleaner-standin \\
@@ -31,11 +31,8 @@ request (400, ``BadRequestError``: no JSON object, no messages, a message withou
 ``stream``), a prompt plus ``max_tokens`` beyond ``max_model_len`` (400, vLLM's "maximum context length"
 message, which Inspect turns into a ``model_length`` stop) and a wrong key when one is set (401).
 
-The policy is deterministic from the request: seeded by its ``seed`` and the conversation's length, it
-writes a program (some of them failing: ``NameError``, ``SyntaxError``, ``ZeroDivisionError``), answers a
-failed run with a correction (the same program fixed, or rewritten, so SAAR sees similar and dissimilar
-corrections), and after :attr:`Policy.calls` successful runs gives a final answer ``\\boxed{N}`` with the
-number the last run printed.
+The answers are :mod:`bench.scripted_policy`'s: deterministic from the request (its ``seed`` and the
+conversation's length).
 
 :class:`StandinProcess` runs the server in a child process (its CPU is then not the caller's).
 """
@@ -47,8 +44,6 @@ import asyncio
 import json
 import logging
 import os
-import random
-import re
 import select
 import signal
 import subprocess
@@ -63,6 +58,8 @@ from typing import Any
 
 from aiohttp import web
 
+from bench.scripted_policy import Policy, decide, text_of
+
 logger = logging.getLogger(__name__)
 
 #: The only address the stand-in listens on.
@@ -73,48 +70,11 @@ DEFAULT_NAME = "cleaner-standin"
 ROOT = "cleaner-harness/standin-scripted-policy"
 #: The line the server prints on stdout once it listens, followed by its base URL.
 READY = "STANDIN_READY"
-#: Tool names the policy calls (the project's tool and Open-CLEANER's).
-TOOL_NAMES = ("python", "code_interpreter")
 #: Characters per token in the usage counts.
 CHARS_PER_TOKEN = 4
-
-_FILLER = (
-    "Let me set up the computation carefully before running it.",
-    "The quantity asked for can be computed directly, so a short program will check it.",
-    "I will enumerate the cases and sum them, reducing modulo 1000 at the end.",
-    "A closed form exists, but a brute-force count is safer at this size.",
-    "The constraint reduces to a sum of squares over a range, which Python evaluates exactly.",
-    "Before trusting the pattern I will verify it numerically.",
-    "Splitting the problem into residues keeps every case small.",
-    "The symmetry halves the work, but I will compute the full range to be sure.",
-)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The scripted policy: how many runs a trajectory makes, how often a program fails, how much it writes."""
-
-    calls: int = 3  #: successful program runs before the final answer
-    fail_rate: float = 0.3  #: chance that a new program fails
-    refail_rate: float = 0.1  #: chance that a correction fails again
-    rewrite_rate: float = 0.34  #: chance that a correction is a rewrite (dissimilar: SAAR's deep case)
-    reasoning_chars: int = 400  #: characters of reasoning before each call and in the answer
-    max_turns: int = 12  #: assistant turns after which it answers whatever happened
-
-    def __post_init__(self) -> None:
-        for name in ("fail_rate", "refail_rate", "rewrite_rate"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        if self.calls < 0 or self.reasoning_chars < 0 or self.max_turns < 1:
-            raise ValueError("calls and reasoning_chars must be >= 0, max_turns >= 1")
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One answer of the policy: its text, and the call it makes (tool name, program) or None."""
-
-    text: str
-    call: tuple[str, str] | None = None
+#: The checkout that holds ``bench/``: the child server starts there, so ``-m bench.standin`` imports from any
+#: caller's working directory (the tools are not installed).
+CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -141,103 +101,6 @@ class RequestError(Exception):
 
 def bad_request(message: str, param: str | None = None) -> RequestError:
     return RequestError(400, message, "BadRequestError", param)
-
-
-# -- the policy -------------------------------------------------------------------------------------------------
-
-
-def text_of(content: Any) -> str:
-    """A message's content as text (a string, or OpenAI content parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
-
-
-def _failed(text: str) -> bool:
-    """Whether a tool result reports a failed run (the project's ``Error:``, the reference's ``failure``)."""
-    return "Error" in text or "Traceback" in text or "failure" in text
-
-
-def _declared_tool(tools: Any) -> str | None:
-    """The first tool the request declares that the policy calls, or None."""
-    for tool in tools or []:
-        name = tool.get("function", {}).get("name") if isinstance(tool, dict) else None
-        if name in TOOL_NAMES:
-            return name
-    return None
-
-
-def _last_code(messages: list[dict[str, Any]]) -> str | None:
-    """The program of the last assistant call in ``messages``."""
-    for m in reversed(messages):
-        if m.get("role") == "assistant":
-            for call in m.get("tool_calls") or []:
-                try:
-                    code = json.loads(call["function"]["arguments"]).get("code")
-                except (KeyError, TypeError, ValueError, AttributeError):
-                    return None
-                return code if isinstance(code, str) else None
-            return None
-    return None
-
-
-def program(n: int, form: str = "sum") -> str:
-    """A program that prints the sum of the squares 1..n modulo 1000: ``sum`` (a sum over the range) or ``closed``
-    (the closed form, a rewrite unlike the others), or broken: ``name`` (a NameError), ``syntax`` (a SyntaxError),
-    ``zero`` (a ZeroDivisionError), each one edit away from ``sum``."""
-    if form == "closed":
-        return f"print({n} * ({n} + 1) * (2 * {n} + 1) // 6 % 1000)\n"
-    line = "total = sum(i * i for i in range(1, n + 1)) % 1000"
-    if form == "syntax":
-        line = "total = sum(i * i for i in range(1, n + 1) % 1000"
-    elif form == "zero":
-        line = "total = sum(i * i for i in range(1, n + 1)) % (n - n)"
-    out = "print(totl)" if form == "name" else "print(total)"
-    return f"n = {n}\n{line}\n{out}\n"
-
-
-def _reasoning(rng: random.Random, chars: int) -> str:
-    parts: list[str] = []
-    size = 0
-    while size < chars:
-        sentence = rng.choice(_FILLER)
-        parts.append(sentence)
-        size += len(sentence) + 1
-    return " ".join(parts)
-
-
-def decide(policy: Policy, messages: list[dict[str, Any]], tools: Any, seed: int | None) -> Turn:
-    """The policy's answer to a conversation, deterministic from ``seed`` and the conversation's length.
-
-    A conversation whose last message reports a failed run gets a correction of the last program; one with
-    :attr:`Policy.calls` successful runs (or :attr:`Policy.max_turns` assistant turns, or no declared
-    ``python``/``code_interpreter`` tool) gets the final answer; any other gets a new program.
-    """
-    rng = random.Random((seed or 0) * 1_000_003 + len(messages))
-    reasoning = _reasoning(rng, policy.reasoning_chars)
-    tool = _declared_tool(tools)
-    turns = sum(1 for m in messages if m.get("role") == "assistant")
-    results = [text_of(m.get("content")) for m in messages if m.get("role") == "tool"]
-    runs = [r for r in results if not _failed(r)]
-    if tool is None or len(runs) >= policy.calls or turns >= policy.max_turns:
-        found = re.findall(r"-?\d+", runs[-1]) if runs else []
-        answer = found[-1] if found else str(rng.randrange(1000))
-        return Turn(f"{reasoning}\nThe computation gives {answer}, so the answer is \\boxed{{{answer}}}.")
-    last = messages[-1] if messages else {}
-    if last.get("role") == "tool" and _failed(text_of(last.get("content"))):
-        previous = _last_code(messages) or ""
-        found_n = re.match(r"n = (\d+)", previous)
-        n = int(found_n.group(1)) if found_n else rng.randrange(10, 100)
-        if rng.random() < policy.refail_rate:
-            form = rng.choice(("name", "syntax", "zero"))
-        else:
-            form = "closed" if rng.random() < policy.rewrite_rate else "sum"
-        return Turn(f"The run failed; fixing the program. {reasoning}", (tool, program(n, form)))
-    n = rng.randrange(10, 100)
-    form = rng.choice(("name", "syntax", "zero")) if rng.random() < policy.fail_rate else "sum"
-    return Turn(reasoning, (tool, program(n, form)))
 
 
 # -- requests and answers ---------------------------------------------------------------------------------------
@@ -478,7 +341,7 @@ class StandinProcess:
 
     def argv(self) -> list[str]:
         p, c = self.config.policy, self.config
-        argv = [sys.executable, "-m", "harness.engines.standin", "--port", "0", "--served-model-name", c.name]
+        argv = [sys.executable, "-m", "bench.standin", "--port", "0", "--served-model-name", c.name]
         argv += ["--root", c.root, "--max-model-len", str(c.max_model_len), "--calls", str(p.calls)]
         argv += ["--fail-rate", str(p.fail_rate), "--refail-rate", str(p.refail_rate)]
         argv += ["--rewrite-rate", str(p.rewrite_rate), "--reasoning-chars", str(p.reasoning_chars)]
@@ -489,7 +352,7 @@ class StandinProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "w") as log:  # the child keeps its own copy of the descriptor
             self.process = subprocess.Popen(
-                self.argv(), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True
+                self.argv(), stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, cwd=CHECKOUT
             )
         assert self.process.stdout is not None
         deadline = time.monotonic() + self.start_timeout
@@ -536,7 +399,7 @@ class StandinProcess:
 def main(argv: Sequence[str] | None = None) -> int:
     defaults = Policy()
     parser = argparse.ArgumentParser(
-        prog="python -m harness.engines.standin", description="A stand-in engine (scripted policy, not a model)."
+        prog="python -m bench.standin", description="A stand-in engine (scripted policy, not a model)."
     )
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: a free one, printed)")
     parser.add_argument("--served-model-name", default=DEFAULT_NAME)

@@ -1,7 +1,7 @@
 """The engines on the same problems at 1, 4, 8 and 16 concurrent samples: prints figures, asserts nothing.
 
-python -m harness.evals.engine_speed                                    # smollm2-tools, every engine, 1 4 8 16
-python -m harness.evals.engine_speed --engines vllm-server --concurrency 16 32
+python -m bench.engine_speed                                    # smollm2-tools, every engine, 1 4 8 16
+python -m bench.engine_speed --engines vllm-server --concurrency 16 32
 
 Every run is the same evaluation of the AIME fixture (4 problems, ``--samples / 4`` epochs,
 the local sandbox, temperature 1.0, top_p 0.6, per-sample seeds, at most ``--max-turns``
@@ -36,7 +36,7 @@ from typing import Any
 
 from harness.core.environ import temporary_environ
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("embedded", "vllm-server", "vllm-offline")
 TASK_ARGS = {"data": "fixture", "sandbox": "local", "temperature": 1.0, "top_p": 0.6}
 
@@ -161,7 +161,8 @@ async def run_offline_all(
 
 
 def bench(args: argparse.Namespace) -> list[Figures]:
-    from harness.engines.serve import Server, model_spec, served_dir
+    from harness.engines.serve import Server
+    from harness.engines.served_model import model_spec, served_dir
 
     results: list[Figures] = []
 
@@ -202,7 +203,7 @@ def bench(args: argparse.Namespace) -> list[Figures]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.evals.engine_speed", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.engine_speed", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-tools", help="smollm2-tools (default), smollm2, a dir or .gguf")
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=ENGINES, help="engines to run (all)")
     parser.add_argument(
