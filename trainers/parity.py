@@ -31,7 +31,7 @@ import asyncio
 import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -97,12 +97,15 @@ class PathRun:
 
 @dataclass(frozen=True)
 class Problem:
-    """A problem as the paths share it: the Inspect sample's id, prompt, target and kind."""
+    """A problem as the paths share it: the Inspect sample's id, prompt, target and kind; a code problem's tests
+    and function name (:func:`code_tests`)."""
 
     id: str
     prompt: str
     target: str
     kind: str
+    tests: list[dict[str, Any]] = field(default_factory=list)
+    fn_name: str | None = None
 
 
 def resolve_script(script: str | Path) -> Path:
@@ -346,8 +349,6 @@ class WarmModel:
         return f"vllm/{self.server.model}", args, options
 
     def executor_config(self, tool_env: str, judge: str, seed: int) -> Any:
-        from dataclasses import replace  # noqa: PLC0415
-
         base = executor_config(tool_env, judge, seed)
         return replace(base, max_turns=self.settings.max_turns, max_new_tokens=self.settings.budget)
 
@@ -425,6 +426,16 @@ FrozenModel = ReplayModel | WarmModel
 # --- the Inspect path ---------------------------------------------------------------------------------------------
 
 
+def code_tests(task: str, data: str) -> dict[str, tuple[list[dict[str, Any]], str | None]]:
+    """Every code problem's graded tests (public, then private) and function name, by id, from the task's own loader
+    on ``data``: the eval log keeps them out of its samples (the tests are the benchmark's hidden answers)."""
+    from harness.benchmarks.lcb import problem_tests  # noqa: PLC0415
+    from harness.benchmarks.registry import benchmark  # noqa: PLC0415
+
+    problems = benchmark(task).loader(data)
+    return {p.id: (problem_tests(p.metadata, where=p.id), p.metadata.get("fn_name")) for p in problems}
+
+
 def run_inspect(
     task: str,
     model: Path | FrozenModel,
@@ -462,13 +473,20 @@ def run_inspect(
     if log.status != "success" or not log.samples:
         raise ParityError(f"the Inspect eval of {task} did not finish: {log.status} {log.error}")
     run, problems = PathRun("inspect", tool_env), []
+    tests: dict[str, tuple[list[dict[str, Any]], str | None]] = {}
     for sample in sorted(log.samples, key=lambda s: str(s.id)):
         if sample.error is not None:
             raise ParityError(f"Inspect sample {sample.id}: {sample.error.message}")
         kind = (sample.metadata or {}).get("kind")
+        problem = Problem(str(sample.id), str(sample.input), str(sample.target), kind)
         if kind == "code":
-            raise ParityError(f"{task}: code problems are not compared (their tests are kept out of the eval log)")
-        problems.append(Problem(str(sample.id), str(sample.input), str(sample.target), kind))
+            tests = tests or code_tests(task, args["data"])
+            if problem.id not in tests:
+                raise ParityError(
+                    f"{task}: code problem {problem.id} is not among the task's problems on {args['data']}"
+                )
+            problem = replace(problem, tests=tests[problem.id][0], fn_name=tests[problem.id][1])
+        problems.append(problem)
         # a tool result's outcome travels in the Inspect message's metadata
         pairs = zip(sample.messages, from_inspect(sample.messages), strict=True)
         messages = [message_record(m, (im.metadata or {}) if m.role == "tool" else None) for im, m in pairs]
@@ -521,7 +539,7 @@ def executor_config(tool_env: str, judge: str, seed: int = 0) -> Any:
 def _items(problems: Sequence[Problem]) -> list[Any]:
     from trainers.core.data import TrainItem  # noqa: PLC0415
 
-    return [TrainItem(p.id, p.prompt, p.target, p.kind) for p in problems]  # type: ignore[arg-type]
+    return [TrainItem(p.id, p.prompt, p.target, p.kind, p.tests, p.fn_name) for p in problems]  # type: ignore[arg-type]
 
 
 def _frozen(model: Path | FrozenModel) -> FrozenModel:
@@ -661,10 +679,18 @@ def run_paths(
 
 
 def warm_server() -> Any:
-    """vLLM's OpenAI server on the warm model in float32 (:class:`harness.engines.serve.Server`), not started."""
+    """vLLM's OpenAI server on the warm model in float32 (:class:`harness.engines.serve.Server`), not started.
+
+    Without prefix caching, as OpenRLHF builds its engines (``create_vllm_engines``): a request's prompt is then
+    computed whole, so its numbers depend on its tokens alone. With it, a path that meets a prompt first computes
+    part of it that a later path reads from the cache, and float32's rounding of the two splits differs enough to
+    flip a near-tie (seen: one turn of two problems).
+    """
     from harness.engines.serve import Server  # noqa: PLC0415
 
-    return Server("smollm2-tools", dtype=WarmModel.dtype)
+    server = Server("smollm2-tools", dtype=WarmModel.dtype)
+    server.argv.append("--no-enable-prefix-caching")
+    return server
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
