@@ -682,9 +682,8 @@ def warm_server() -> Any:
     """vLLM's OpenAI server on the warm model in float32 (:class:`harness.engines.serve.Server`), not started.
 
     Without prefix caching, as OpenRLHF builds its engines (``create_vllm_engines``): a request's prompt is then
-    computed whole, so its numbers depend on its tokens alone. With it, a path that meets a prompt first computes
-    part of it that a later path reads from the cache, and float32's rounding of the two splits differs enough to
-    flip a near-tie (seen: one turn of two problems).
+    computed whole, so its numbers depend on its tokens alone, not on which path met the prompt first and left part
+    of it in the cache (a prompt computed in two parts rounds otherwise).
     """
     from harness.engines.serve import Server  # noqa: PLC0415
 
