@@ -1,27 +1,28 @@
 """One frozen model through the three rollout paths, compared: `python -m trainers parity --script <replay.yaml>`.
 
-A replay script (:mod:`harness.engines.replay`) is the frozen model. The same problems (a benchmark's
-fixture) and the same run seed go through
+The frozen model is a replay script (:mod:`harness.engines.replay`), or with ``--model warm`` the warm model on
+vLLM in float32 (:class:`WarmModel`). The same problems (a benchmark's fixture, or a file) and the same run seed go
+through
 
 * ``inspect``: the benchmark's Inspect task (``tasks/<name>.py``, :mod:`harness.evals.solver`) with
-  ``--model replay/<script>``, read back from its real eval log;
+  ``--model replay/<script>`` (or ``vllm/`` on the warm model's server), read back from its real eval log;
 * ``executor``: the OpenRLHF agent executor (:class:`trainers.openrlhf_plugin.executor.AgentExecutor`), its
-  engine a stand-in for OpenRLHF's vLLM actor that answers the script's turns as the tokenizer's ids;
+  engine a stand-in for OpenRLHF's vLLM actor that answers the script's turns as the tokenizer's ids (or the
+  server, token ids in and out: :class:`ServedEngine`);
 * ``cpu``: the CPU trainer's rollout (:func:`trainers.cpu.rollouts.run_one`), its policy a stand-in sampler
-  that answers the same ids;
+  that answers the same ids (or its vLLM sampler on the server: :class:`ServedSampler`);
 
 each under one tool environment (``project`` or ``reference``), programs in the local sandbox.
 
 What is compared (:class:`SampleRecord`), per problem: every message of the purified trajectory as
 ``(role, text)``, an assistant turn's text being its reasoning and its call as the harness writes it (the
 form an Inspect log keeps; the token paths decode the same text from ids), a tool result with its ``ok`` and
-error kind; the SAAR events without their token counts (a replay turn counts words on Inspect, tokens on the
-token paths); the trajectory's stop reason, SAAR draw, turns, calls, failures and error kinds; the answer; the
-verdict (the Inspect scorer's accuracy, the trainers' ``correct``); the seed each generation was asked with;
-and, between the two trainer paths only, the reward (Inspect computes none) and each generation's context as the
+error kind; the SAAR events; the trajectory's stop reason, SAAR draw, turns, calls, failures and error kinds; the
+answer; the verdict (the Inspect scorer's accuracy, the trainers' ``correct``); the seed each generation was asked
+with; with a real model the token counts (a replay turn counts words on Inspect, tokens on the token paths); and,
+between the two trainer paths only, the reward (Inspect computes none) and each generation's context as the
 engine got it, decoded (the rendered prompt, tool schema included: Inspect hands a provider messages, not ids).
-:func:`first_difference` names the first field where
-two paths part.
+:func:`first_difference` names the first field where two paths part.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from harness.core.saar import SaarConfig
 from harness.core.seeds import trajectory_seed
 from harness.core.toolenv import PROFILES, get_tool_env
 from harness.engines.replay import ReplayScript
+from trainers.core.engine_sync import EngineSampler
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY_DIR = ROOT / "harness" / "data" / "replay"
@@ -292,7 +294,6 @@ class ReplayModel:
     """A replay script as the frozen model (:mod:`harness.engines.replay`): Inspect's ``replay/`` provider, the
     script's turns as the tokenizer's ids on the token paths; its turns count words on Inspect."""
 
-    name = "replay"
     counts_tokens = False
     max_length = 1 << 20
 
@@ -328,7 +329,6 @@ class WarmModel:
     tool parser), the trainers through :class:`ServedEngine` with OpenRLHF's sampling params and the CPU trainer's
     vLLM sampler (:class:`trainers.core.engine_sync.EngineSampler`)."""
 
-    name = "warm"
     counts_tokens = True
     dtype = "float32"
 
@@ -387,40 +387,35 @@ class WarmModel:
         )
 
 
-def _served_sampler() -> type:
-    from trainers.core.engine_sync import EngineSampler  # noqa: PLC0415
+class ServedSampler(EngineSampler):
+    """The CPU trainer's vLLM sampler (its ``__call__``: the sampling params it builds), its engine the server."""
 
-    class _ServedSampler(EngineSampler):
-        """The CPU trainer's vLLM sampler (its ``__call__``: the sampling params it builds), its engine the server."""
+    def __init__(self, engine: ServedEngine, tokenizer: Any, cfg: Any) -> None:  # no engine of its own
+        from harness.core import chat  # noqa: PLC0415
 
-        def __init__(self, engine: ServedEngine, tokenizer: Any, cfg: Any) -> None:  # no engine of its own
-            from harness.core import chat  # noqa: PLC0415
+        self.served, self.tokenizer, self.cfg, self.dtype = engine, tokenizer, cfg, cfg.engine_dtype
+        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
+        self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
+        self.requests = 0
 
-            self.served, self.tokenizer, self.cfg, self.dtype = engine, tokenizer, cfg, cfg.engine_dtype
-            self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
-            self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
-            self.requests = 0
+    @property
+    def seeds(self) -> list[int | None]:
+        return self.served.seeds
 
-        @property
-        def seeds(self) -> list[int | None]:
-            return self.served.seeds
+    @property
+    def contexts(self) -> list[str]:
+        return self.served.contexts
 
-        @property
-        def contexts(self) -> list[str]:
-            return self.served.contexts
-
-        async def generate(self, ids: list[int], params: Any) -> Any:
-            return await self.served.generate(ids, params)
-
-    return _ServedSampler
-
-
-def ServedSampler(engine: ServedEngine, tokenizer: Any, cfg: Any) -> Any:  # noqa: N802 - a class, built lazily
-    """:class:`trainers.core.engine_sync.EngineSampler` on a :class:`ServedEngine` (vLLM is imported on use)."""
-    return _served_sampler()(engine, tokenizer, cfg)
+    async def generate(self, ids: list[int], params: Any) -> Any:
+        return await self.served.generate(ids, params)
 
 
 FrozenModel = ReplayModel | WarmModel
+
+
+def _frozen(model: Path | FrozenModel) -> FrozenModel:
+    """The frozen model; a replay script's path: that script."""
+    return ReplayModel(model) if isinstance(model, Path) else model
 
 
 # --- the Inspect path ---------------------------------------------------------------------------------------------
@@ -453,7 +448,7 @@ def run_inspect(
 
     from harness.evals.convert import from_inspect  # noqa: PLC0415
 
-    frozen = ReplayModel(model) if isinstance(model, Path) else model
+    frozen = _frozen(model)
     task_file = ROOT / "tasks" / f"{task}.py"
     if not task_file.is_file():
         raise ParityError(f"no task {task!r}: {task_file} does not exist (name the benchmark with --task)")
@@ -540,10 +535,6 @@ def _items(problems: Sequence[Problem]) -> list[Any]:
     from trainers.core.data import TrainItem  # noqa: PLC0415
 
     return [TrainItem(p.id, p.prompt, p.target, p.kind, p.tests, p.fn_name) for p in problems]  # type: ignore[arg-type]
-
-
-def _frozen(model: Path | FrozenModel) -> FrozenModel:
-    return ReplayModel(model) if isinstance(model, Path) else model
 
 
 async def run_executor(
