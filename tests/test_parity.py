@@ -132,3 +132,26 @@ def test_the_command_prints_each_paths_first_difference_and_fails_when_one_diffe
     assert f"inspect vs executor: differ at sample {first}, seeds[0]: inspect " in out
     assert "inspect vs cpu: same" in out
     assert main([*argv, "--no-seeds"]) == 0
+
+
+@pytest.fixture(scope="module")
+def code_runs(tmp_path_factory, tokenizer):
+    """The LiveCodeBench fixture under ``reference`` with the reference's judge: a stdin problem whose malformed
+    call is purified, a functional (LeetCode) problem and a float-output problem."""
+    text = (
+        (parity.REPLAY_DIR / "livecodebench.yaml").read_text().replace('"name": "python"', '"name": "code_interpreter"')
+    )
+    script = tmp_path_factory.mktemp("code") / "livecodebench.yaml"
+    script.write_text(text)
+    runs = parity.run_paths("livecodebench", script, "reference", judge="reference", tokenizer=tokenizer)
+    return {run.path: run for run in runs}
+
+
+def test_code_problems_are_compared_with_the_tests_of_the_tasks_own_loader(code_runs):
+    problems = code_runs["inspect"].samples
+    assert len(problems) == 3 and {s.correct for s in problems.values()} == {True, False}
+    # the functional (LeetCode) problem passes the official grader and fails code-judge's exact comparison; under the
+    # reference's judge the eval's verdict and both trainers' rewards are code-judge's, so all three paths agree
+    assert problems["fx_9001"].correct is False
+    for path in ("executor", "cpu"):
+        assert parity.first_difference(code_runs["inspect"], code_runs[path]) is None

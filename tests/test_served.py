@@ -24,7 +24,7 @@ from needs import needs_vllm
 from harness.core import chat
 from harness.core.messages import Message, ToolCall, system, to_openai, user
 from harness.core.protocol import TOOL_SCHEMA, serialize_call
-from harness.core.toolenv import PROJECT
+from harness.core.toolenv import PROFILES, PROJECT, ToolEnv
 from harness.engines.serve import LOOPBACK, ServeError, Server, serve_argv, vllm_missing
 from harness.engines.served_model import chat_template_problem, served_chat_template, served_name
 
@@ -60,15 +60,19 @@ def _trajectories() -> list[list[Message]]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("env", PROFILES.values(), ids=PROFILES.keys())
 def test_the_served_template_renders_requests_as_the_embedded_provider_renders_trajectories(
-    base_tokenizer: Any,
+    base_tokenizer: Any, env: ToolEnv
 ) -> None:
+    """Under each tool environment: the request names the tool (Inspect sends the task's), and the template
+    describes that environment's tool, as the token paths render it."""
     served = copy.deepcopy(base_tokenizer)
     served.chat_template = served_chat_template(base_tokenizer, env=PROJECT)
+    assert env is PROJECT or env.schema() != TOOL_SCHEMA
     for messages in _trajectories():
         request = to_openai(messages)  # what an OpenAI client sends: native calls, tool messages
-        wire = served.apply_chat_template(request, tools=[TOOL_SCHEMA], tokenize=False, add_generation_prompt=True)
-        assert wire == chat.render(base_tokenizer, messages, env=PROJECT)
+        wire = served.apply_chat_template(request, tools=[env.schema()], tokenize=False, add_generation_prompt=True)
+        assert wire == chat.render(base_tokenizer, messages, env=env)
     plain = [{"role": "user", "content": "hi"}]  # no tools: the model's own template, untouched
     assert served.apply_chat_template(plain, tokenize=False) == base_tokenizer.apply_chat_template(
         plain, tokenize=False

@@ -111,6 +111,7 @@ class Trajectory:
             "assistant_turns": self.assistant_turns,
             "stop_reason": self.stop_reason,
             "seed": self.seed,
+            "response_tokens": self.response_tokens,
             "error_kinds": dict(self.error_kinds),
             "saar_events": [e.to_dict() for e in self.events],
         }

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 from harness.core.chat import supports_tools, tool_system_prompt
 from harness.core.messages import tool_response_text
 from harness.core.protocol import CALL_CLOSE, CALL_OPEN
-from harness.core.toolenv import PROJECT, ToolEnv
+from harness.core.toolenv import PROFILES, PROJECT, ToolEnv
 from harness.engines.models import cache_dir, file_digest, load_model, resolve_spec, save_to_cache
 
 if TYPE_CHECKING:
     from transformers import GenerationConfig, PreTrainedTokenizerBase
 
 #: bump when the served directory's contents change (chat template, generation config)
-SERVED_FORMAT = "2"
+SERVED_FORMAT = "3"
 
 
 def model_spec(name: str | None) -> str | None:
@@ -84,8 +84,9 @@ def served_chat_template(tokenizer: PreTrainedTokenizerBase, *, env: ToolEnv) ->
     For a model whose own template knows no tools (SmolLM2's), an OpenAI-compatible server would
     drop the tool description and render tool calls and results its own way, so a served model
     would see other text than the embedded provider shows it (and than it was trained on). This
-    template wraps the model's own: when the request has tools, the tool description joins the
-    system message (or becomes it); an assistant turn's call is written after its content in the
+    template wraps the model's own: when the request has tools, the description of the tool it
+    names (its tool environment's; ``env``'s for a name no environment has) joins the system
+    message (or becomes it); an assistant turn's call is written after its content in the
     Hermes form (``harness.core.protocol.serialize_call``); a tool result becomes a user turn in
     ``<tool_response>`` tags. A template that already renders tools is kept as it is.
     """
@@ -94,10 +95,23 @@ def served_chat_template(tokenizer: PreTrainedTokenizerBase, *, env: ToolEnv) ->
     original = chat_template_source(tokenizer)
     if supports_tools(tokenizer):
         return original
-    prompt = tool_system_prompt(env)
     before, after = tool_response_text("\x00").split("\x00")
+    # the description of the tool the request names (its tool environment's), ``env``'s for any other name
+    choose = "".join(
+        "{%- if tool_name == "
+        + json.dumps(other.tool_name)
+        + " -%}{%- set tool_prompt -%}{% raw %}"
+        + tool_system_prompt(other)
+        + "{% endraw %}{%- endset -%}{%- endif -%}\n"
+        for other in PROFILES.values()
+        if other.tool_name != env.tool_name
+    )
     return (
-        "{%- set tool_prompt -%}{% raw %}" + prompt + "{% endraw %}{%- endset -%}\n"
+        "{%- set tool_prompt -%}{% raw %}" + tool_system_prompt(env) + "{% endraw %}{%- endset -%}\n"
+        "{%- if tools -%}\n"
+        "{%- set tool_name = (tools[0]['function'] if 'function' in tools[0] else tools[0])['name'] -%}\n"
+        + choose
+        + "{%- endif -%}\n"
         "{%- set ns = namespace(out=[]) -%}\n"
         "{%- if tools -%}\n"
         "  {%- if messages and messages[0]['role'] == 'system' -%}\n"
