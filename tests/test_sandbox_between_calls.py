@@ -277,24 +277,7 @@ print(found)
 """
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        pytest.param("local", id="local"),
-        pytest.param(
-            "docker",
-            id="docker",
-            marks=[
-                pytest.mark.docker,
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="known: a docker program is forked from the worker, whose heap may hold freed copies of "
-                    "earlier requests and answers (docs/sandboxes.md, what outlives a call)",
-                ),
-            ],
-        ),
-    ],
-)
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_later_rollout_finds_nothing_of_an_earlier_call_in_its_memory(backend: str, backends: dict) -> None:
     marker = f"cleaner-earlier-call-{os.getpid()}-{time.monotonic_ns()}"
     sandbox = await _acquire(backend, backends)

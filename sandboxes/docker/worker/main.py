@@ -36,7 +36,6 @@ cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned zombies.
 """
 
 import base64
-import gc
 import json
 import os
 import select
@@ -47,24 +46,21 @@ import sys
 import time
 
 from sandboxes.docker.worker import procs
+from sandboxes.docker.worker.parent import CleanParent, ParentGone, serve
 from sandboxes.docker.worker.procs import (
     REAPED,
     empty_dir,
-    kill_all,
     kill_others,
     oom_kills,
     other_pids,
     remove_ipc,
+    stop_and_kill,
 )
 from sandboxes.docker.worker.program import (
-    _child_setup,
     _decode_status,
-    _session_loop,
     _Spare,
-    collapse_heap,
-    fork,
-    limit_program_memory,
     set_dumpable,
+    set_subreaper,
 )
 from sandboxes.docker.worker.wire import LEN as _LEN
 from sandboxes.docker.worker.wire import read_frame, write_frame
@@ -82,8 +78,17 @@ _DEFAULTS = {
 }
 
 
+def _own_command():
+    """How this module's ``main()`` is started where the worker is made without it (a developer, a test): from the
+    directory that holds the ``sandboxes`` package."""
+    root = os.path.abspath(__file__).rsplit(os.sep, 4)[0]
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); import {__name__} as m; m.main()"]
+
+
 class Worker:
-    def __init__(self, config):
+    def __init__(self, config, command=None):
+        """``command``: how to start an interpreter that runs this module's ``main()`` (the worker's own command
+        line without its configuration), for the clean parent."""
         self.config = dict(_DEFAULTS, **config)
         self.workdir = self.config["workdir"]
         self.session_pid = None
@@ -93,44 +98,46 @@ class Worker:
         self.exiting = None  #: that process once killed after its answer: the next run waits for its exit
         #: processes that were there before the worker (an init, the exec transport's idle process)
         self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if procs.CONTAINED else set()
-        self.preloaded = []
-        for name in self.config["preload"]:
-            try:
-                __import__(name)
-                self.preloaded.append(name)
-            except Exception:  # noqa: BLE001 - a missing optional module is reported by ping
-                pass
-        gc.freeze()  # the preloaded objects stay out of the collector's way (fewer copy-on-write faults after fork)
-        self.hugepages_mb = collapse_heap() if self.config["hugepages"] else 0
+        if not (procs.INIT or set_subreaper()):
+            raise RuntimeError("the worker cannot adopt its program processes (no PR_SET_CHILD_SUBREAPER)")
+        #: the process the programs are forked from, which never holds a request or an answer
+        self.parent = CleanParent(command or _own_command(), self.config)
+        try:
+            self.parent.ready()
+        except ParentGone:
+            pass  # ping says so; a call starts a new one
 
     def keep(self):
         keep = {os.getpid(), os.getppid(), 1} | self.infrastructure
         if self.session_pid is not None:
             keep.add(self.session_pid)
+        if self.parent.alive():
+            keep.add(self.parent.pid)
         keep.update(spare.pid for spare in self.spares)
         return keep
 
     def ping(self, request):
+        hello = self.parent.hello or {}
         return {
             "ok": True,
             "pid": os.getpid(),
-            "preloaded": self.preloaded,
+            "preloaded": hello.get("preloaded", []),
             "python": sys.version.split()[0],
             "spares": len(self.spares),
-            "hugepages_mb": self.hugepages_mb,
+            "hugepages_mb": hello.get("hugepages_mb", 0),
+            "parent_starts": self.parent.starts,
         }
 
     def end_others(self, finished=None, wait=True):
-        """End every process but the worker and what it keeps (its spares, its session).
+        """End every process but the worker and what it keeps (its clean parent, spares and session).
 
         ``finished`` is the last program process, which reported its end and is only exiting: it gets one
-        SIGKILL and is not waited for. As the container's PID 1 with no session to keep, anything else still
-        there (a program's children, a fork bomb) ends with one :func:`kill_all`; the spares go with it and
-        are forked again, and without ``wait`` their exits are not waited for. Returns how many processes were
-        ended, and whether they may still be exiting.
+        SIGKILL and is not waited for. As the container's PID 1, anything else still there (a program's
+        children, a fork bomb) ends by :func:`stop_and_kill`, and without ``wait`` their exits are not waited
+        for. Returns how many processes were ended, and whether they may still be exiting.
         """
         once = () if finished is None else (finished,)
-        if not (procs.INIT and self.session_pid is None):
+        if not procs.INIT:
             return kill_others(self.keep(), once=once), False
         for pid in once:
             try:
@@ -139,10 +146,7 @@ class Worker:
                 pass
         left = other_pids(self.keep() | set(once))
         if left:
-            spares, self.spares = self.spares, []
-            for spare in spares:
-                spare.close()
-            kill_all(float(self.config["exit_wait"]) if wait else 0.0)
+            stop_and_kill(self.keep(), float(self.config["exit_wait"]) if wait else 0.0)
         return len(left), bool(left) and not wait
 
     def reset(self, request):
@@ -175,7 +179,10 @@ class Worker:
             if self.spares and req_fd is not None and _waiting(req_fd):
                 return
             try:
-                self.spares.append(_Spare(self.workdir))
+                # a clean parent that a program ended is started again here, unless a request comes first
+                if not self.parent.ready(req_fd=req_fd):
+                    return
+                self.spares.append(_Spare(self.parent, self.workdir))
             except OSError:  # a limit refuses the fork even after retries: the next call forks on demand
                 return
 
@@ -196,7 +203,7 @@ class Worker:
             if spare.usable():
                 return spare
             spare.discard()
-        return _Spare(self.workdir)
+        return _Spare(self.parent, self.workdir)
 
     # ---- the stateful session
 
@@ -213,20 +220,15 @@ class Worker:
             self.session_sock = None
 
     def start_session(self):
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = fork()
-        if pid == 0:  # the session process
-            try:
-                parent.close()
-                keep = child.fileno()
-                os.closerange(3, keep)
-                os.closerange(keep + 1, 1024)
-                _child_setup(self.workdir)
-                _session_loop(child, self.workdir)
-            finally:
-                os._exit(70)
-        child.close()
-        self.session_pid, self.session_sock = pid, parent
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid = self.parent.spawn("session", [theirs.fileno()], self.workdir)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.session_pid, self.session_sock = pid, ours
 
     def drop_spares(self):
         spares, self.spares = self.spares, []
@@ -280,6 +282,7 @@ class Worker:
         stdin_data = base64.b64decode(request.get("stdin", ""))
         code = request["code"]
         self._await_finished()
+        waited = self.parent.waited  # a clean parent started for this call: its imports are not the call's time
         oom_before = oom_kills()
         state_lost = False
         if self.config["stateful"]:
@@ -306,13 +309,13 @@ class Worker:
                 except OSError:
                     pass  # the spare died; its exit status tells
                 os.close(spare.ctl_w)
-                outcome = self._supervise(call, stdin_data, timeout, cap, start)
+                outcome = self._supervise(call, stdin_data, timeout, cap, start + self.parent.waited - waited)
                 if outcome.pop("started") or outcome["timed_out"] or attempt == 2:
                     break
                 # The spare died before the code ran (a signal an earlier program sent it was still in flight
                 # when it was handed the call): nothing of the call ran, so it runs in another spare.
         if self.config["stateful"]:
-            outcome = self._supervise(call, stdin_data, timeout, cap, start)
+            outcome = self._supervise(call, stdin_data, timeout, cap, start + self.parent.waited - waited)
             outcome.pop("started")
         outcome["state_lost"] = state_lost or outcome.pop("session_died", False)
         oom_after = oom_kills()
@@ -522,9 +525,12 @@ class _Call:
 
 def main():
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    if config.get("role") == "parent":
+        set_dumpable(False)
+        serve(config)
+        return
     procs.CONTAINED = bool(config.get("contained"))
     procs.INIT = procs.CONTAINED and os.getpid() == 1
-    limit_program_memory(config.get("program_memory"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
     # Finished programs exit at idle priority, after the answer: reap them as they end (the next run waits for
     # the last one, Worker._await_finished).
@@ -542,7 +548,9 @@ def main():
     os.close(null)
     os.set_inheritable(req_fd, False)
     os.set_inheritable(resp_fd, False)
-    worker = Worker(config)
+    # the clean parent runs this same command line, with its own configuration in place of the last argument
+    command = sys.orig_argv[: len(sys.orig_argv) - len(sys.argv) + 1]
+    worker = Worker(config, command)
     handlers = {"ping": worker.ping, "run": worker.run, "reset": worker.reset}
     while True:
         request = read_frame(req_fd)
@@ -562,6 +570,7 @@ def main():
     worker.stop_session()
     worker.drop_spares()
     worker.end_others()
+    worker.parent.stop()
 
 
 if __name__ == "__main__":

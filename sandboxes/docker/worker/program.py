@@ -26,6 +26,7 @@ from sandboxes.docker.worker.wire import LEN as _LEN
 from sandboxes.docker.worker.wire import read_frame
 
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
 
 
@@ -50,6 +51,12 @@ def set_dumpable(flag):
     """``prctl(PR_SET_DUMPABLE)``: a process that is not dumpable cannot be traced, nor its ``/proc/PID/fd``
     opened, by the programs (which run as the same uid). True when it took effect."""
     return _prctl is not None and _prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0) == 0
+
+
+def set_subreaper():
+    """``prctl(PR_SET_CHILD_SUBREAPER)``: orphans among this process's descendants become its children (as they
+    would of PID 1). True when it took effect."""
+    return _prctl is not None and _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def collapse_heap():
@@ -134,6 +141,24 @@ def _fresh_random_state():
         sympy_random.seed()
 
 
+#: The signal dispositions a program starts with (as a fresh interpreter has them), kept by :func:`shield_signals`.
+_program_signals = {}
+
+
+def shield_signals():
+    """Ignore every signal that can be ignored and would end or stop this process (the clean parent, which a program
+    of the same uid can signal); keep the dispositions a program gets back (:func:`_child_setup`)."""
+    for signum in signal.valid_signals():
+        if signum in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGCONT, signal.SIGWINCH, signal.SIGURG):
+            continue
+        try:
+            handler = signal.getsignal(signum)
+            _program_signals[signum] = signal.SIG_DFL if handler is None else handler
+            signal.signal(signum, signal.SIG_IGN)
+        except (OSError, ValueError, TypeError):
+            _program_signals.pop(signum, None)
+
+
 def _child_setup(workdir, program=True):
     """What every forked program process does first: own session, OOM victim, default signals.
 
@@ -154,9 +179,11 @@ def _child_setup(workdir, program=True):
     except (OSError, AttributeError):
         pass
     _fresh_random_state()
+    for signum, handler in _program_signals.items():  # what the clean parent ignores, the program gets back
+        signal.signal(signum, handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the worker's reaper is not the program's
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         os.chdir(workdir)
     except OSError:
@@ -262,53 +289,75 @@ def _session_loop(sock, workdir):
         sock.sendall(_LEN.pack(len(body)) + body)
 
 
+def run_spare(fds, workdir):
+    """A spare's life in its own process (forked by the clean parent, :mod:`sandboxes.docker.worker.parent`): wait
+    for the code on the control pipe, say on the status pipe that it came, close that pipe, run the code, exit with
+    its status. ``fds`` are the ends the worker handed over: stdin, stdout, stderr, control, status."""
+    status = 70
+    try:
+        in_r, out_w, err_w, ctl_r, st_w = fds
+        _child_setup(workdir, program=False)
+        _bind_stdio(in_r, out_w, err_w)
+        ctl = os.dup2(ctl_r, 3)
+        st = os.dup2(st_w, 4)
+        os.closerange(5, 1024)
+        request = read_frame(ctl)
+        if request is None:
+            os._exit(0)
+        os.close(ctl)
+        os.write(st, b"S")  # the code came: from here on a death is the program's
+        os.close(st)  # nothing the program holds reports a status: the worker reads it from its exit
+        _become_program()
+        status = execute(request["code"], _fresh_namespace())
+        _join_threads()
+    finally:
+        os._exit(status)
+
+
+def run_session(fds, workdir):
+    """The stateful session's life in its own process: ``fds`` is its end of the worker's socket."""
+    try:
+        (keep,) = fds
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1024)
+        _child_setup(workdir)
+        _session_loop(socket.socket(fileno=keep), workdir)
+    finally:
+        os._exit(70)
+
+
+#: What each kind of program process runs once forked, by the name the worker asks for.
+ROLES = {"spare": run_spare, "session": run_session}
+
+
 class _Spare:
     """A program process forked ahead of its call (so the fork is off the critical path).
 
-    It is set up completely (own session, stdio on fresh pipes, work dir) and waits
+    The clean parent forks it (:meth:`sandboxes.docker.worker.parent.CleanParent.spawn`), and it becomes the
+    worker's child. It is set up completely (own session, stdio on fresh pipes, work dir) and waits
     for its code on a control pipe; it says on a status pipe that the code came, closes
-    that pipe, and runs the code: its exit status is what the kernel reports of its exit
+    that pipe, and runs the code (:func:`run_spare`): its exit status is what the kernel reports of its exit
     (``waitpid``), which no program can write. Until its code comes it is not dumpable
-    (inherited from the worker), so a program running meanwhile cannot open its pipes
+    (inherited from the clean parent), so a program running meanwhile cannot open its pipes
     through ``/proc`` nor trace it; it can kill or stop it, which the worker checks
     before it hands the spare a call (:meth:`usable`).
     """
 
-    def __init__(self, workdir):
+    def __init__(self, parent, workdir):
         in_r, self.in_w = os.pipe()
         self.out_r, out_w = os.pipe()
         self.err_r, err_w = os.pipe()
         ctl_r, self.ctl_w = os.pipe()
         self.st_r, st_w = os.pipe()
         try:
-            self.pid = fork()
+            self.pid = parent.spawn("spare", [in_r, out_w, err_w, ctl_r, st_w], workdir)
         except BaseException:
-            for fd in (in_r, self.in_w, self.out_r, out_w, self.err_r, err_w, ctl_r, self.ctl_w, self.st_r, st_w):
+            for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
                 os.close(fd)
             raise
-        if self.pid == 0:
-            status = 70
-            try:
-                for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
-                    os.close(fd)
-                _child_setup(workdir, program=False)
-                _bind_stdio(in_r, out_w, err_w)
-                ctl = os.dup2(ctl_r, 3)
-                st = os.dup2(st_w, 4)
-                os.closerange(5, 1024)
-                request = read_frame(ctl)
-                if request is None:
-                    os._exit(0)
-                os.close(ctl)
-                os.write(st, b"S")  # the code came: from here on a death is the program's
-                os.close(st)  # nothing the program holds reports a status: the worker reads it from its exit
-                _become_program()
-                status = execute(request["code"], _fresh_namespace())
-                _join_threads()
-            finally:
-                os._exit(status)
-        for fd in (in_r, out_w, err_w, ctl_r, st_w):
-            os.close(fd)
+        finally:
+            for fd in (in_r, out_w, err_w, ctl_r, st_w):
+                os.close(fd)
 
     def usable(self):
         """Whether the spare is still waiting for its code (a program may have killed or stopped it)."""

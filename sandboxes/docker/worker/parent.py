@@ -1,0 +1,240 @@
+"""The clean parent: the process every program process is forked from (standard library only).
+
+The worker reads each request and writes each answer, so its heap holds freed copies of them; a program forked
+from it would find earlier calls' code and output in its own memory, across rollouts too. The clean parent never
+holds one: the worker starts it as a fresh interpreter (a fork that ``exec``\\ s at once, so nothing of the
+worker's memory comes with it), it imports the preloaded modules once, and from then on it only forks. The worker
+hands it the new process's pipe ends (``SCM_RIGHTS``), never a request: the program process reads its code itself
+from its control pipe, and its output goes to the worker. It forks through a middle process that exits at once, so
+the program process becomes the worker's child (the worker is PID 1, or else a child subreaper) and its exit status
+is the kernel's, read by the worker (``waitpid``), as before.
+
+A program runs as the clean parent's uid and can signal it: it ignores every signal it can, it is not dumpable,
+the worker continues it (``SIGCONT``) before each request and starts a new one when it is gone (the next program
+process waits for its imports, which do not count against that call's timeout). The worker's sweeps keep it alive.
+"""
+
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+
+from sandboxes.docker.worker.program import (
+    ROLES,
+    _oom_score,
+    collapse_heap,
+    fork,
+    limit_program_memory,
+    shield_signals,
+)
+from sandboxes.docker.worker.wire import LEN, read_exact
+
+#: The descriptor of the clean parent's end of its socket to the worker.
+PARENT_FD = 3
+#: ``oom_score_adj`` of the clean parent: after the programs and the spares, before the worker (it is started again).
+PARENT_OOM_SCORE = 250
+#: Seconds the worker waits for a new clean parent's imports, and for the answer to one request.
+START_WAIT = 600.0
+REPLY_WAIT = 30.0
+#: The largest message on the socket (a request names a role and the work dir; an answer a pid or an error).
+_MESSAGE = 1 << 16
+
+
+def serve(config):
+    """The clean parent's life: import the preloaded modules, say so, then fork one program process per request."""
+    sock = socket.socket(fileno=PARENT_FD)
+    os.chdir("/")  # its ``sys.path`` starts with the current dir: nothing a program wrote can be imported here
+    shield_signals()
+    _oom_score(PARENT_OOM_SCORE)
+    limit_program_memory(config.get("program_memory"))
+    preloaded = []
+    for name in config.get("preload", ()):
+        try:
+            __import__(name)
+            preloaded.append(name)
+        except Exception:  # noqa: BLE001 - a missing optional module is reported by ping
+            pass
+    gc.freeze()  # the preloaded objects stay out of the collector's way (fewer copy-on-write faults after fork)
+    hugepages = collapse_heap() if config.get("hugepages", True) else 0
+    sock.send(json.dumps({"pid": os.getpid(), "preloaded": preloaded, "hugepages_mb": hugepages}).encode())
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 8)
+        except OSError:
+            os._exit(0)
+        if not message:
+            os._exit(0)  # the worker is gone
+        try:
+            request = json.loads(message)
+            reply = {"pid": _fork_orphan(sock, ROLES[request["role"]], fds, request["workdir"])}
+        except Exception as exc:  # noqa: BLE001 - the worker is told, and the clean parent lives on
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        try:
+            sock.send(json.dumps(reply).encode())
+        except OSError:
+            os._exit(0)
+
+
+def _fork_orphan(sock, run, fds, workdir):
+    """Fork a process that runs ``run(fds, workdir)`` through a middle process that exits at once, so that it is
+    re-parented to the worker; return its pid once it is the worker's child."""
+    pid_r, pid_w = os.pipe()
+    try:
+        middle = fork()
+    except BaseException:
+        os.close(pid_r)
+        os.close(pid_w)
+        raise
+    if middle == 0:
+        try:
+            os.close(pid_r)
+            pid = fork()
+            if pid == 0:
+                os.close(pid_w)
+                sock.close()
+                run(fds, workdir)  # never returns
+            os.write(pid_w, LEN.pack(pid))
+        finally:
+            os._exit(0)
+    os.close(pid_w)
+    try:
+        data = read_exact(pid_r, LEN.size)
+    finally:
+        os.close(pid_r)
+        os.waitpid(middle, 0)  # once it is reaped, its child is the worker's
+    if data is None:
+        raise OSError("the program process could not be forked")
+    return LEN.unpack(data)[0]
+
+
+class ParentGone(OSError):
+    """The clean parent could not be started, or did not answer."""
+
+
+class CleanParent:
+    """The worker's side: start the clean parent, ask it for program processes, start a new one when it is gone.
+
+    ``command`` starts an interpreter that runs this package's ``main()`` with a configuration as its last
+    argument (the worker's own command line without that argument); ``config`` is the worker's configuration.
+    """
+
+    def __init__(self, command, config):
+        self.command = list(command)
+        self.config = dict(config, role="parent")
+        self.pid = self.sock = self.pidfd = self.hello = None
+        self.starts = 0
+        self.waited = 0.0  #: seconds spent waiting for a new clean parent's imports, summed
+
+    def start(self):
+        """Start a new clean parent (the old one, if any, is killed); its imports go on while the worker works."""
+        self.stop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        argv = [sys.executable, *self.command[1:], json.dumps(self.config)]
+        try:
+            pid = fork()
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
+        if pid == 0:
+            try:
+                os.chdir("/")
+                if theirs.fileno() == PARENT_FD:
+                    os.set_inheritable(PARENT_FD, True)
+                else:
+                    os.dup2(theirs.fileno(), PARENT_FD)
+                os.execv(sys.executable, argv)
+            finally:
+                os._exit(127)
+        theirs.close()
+        self.pid, self.sock, self.pidfd = pid, ours, os.pidfd_open(pid)
+        self.starts += 1
+
+    def stop(self):
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except OSError:
+                pass
+            os.close(self.pidfd)
+        if self.sock is not None:
+            self.sock.close()
+        self.pid = self.sock = self.pidfd = self.hello = None
+
+    def alive(self):
+        """Whether the clean parent runs (it may still be importing); a pid it no longer holds is never kept."""
+        if self.pidfd is None:
+            return False
+        ready, _, _ = select.select([self.sock, self.pidfd], [], [], 0)
+        if self.pidfd in ready:
+            return False
+        return not ready or self.hello is None  # a socket ready after the hello: its end
+
+    def ready(self, wait=START_WAIT, req_fd=None):
+        """Wait up to ``wait`` seconds for the clean parent to have imported its modules (starting one if none
+        runs); False when a request came on ``req_fd`` first or time ran out. Raises :class:`ParentGone` when it
+        exited while starting."""
+        if not self.alive():
+            self.start()
+        began = time.monotonic()
+        try:
+            while self.hello is None:
+                remaining = began + wait - time.monotonic()
+                if remaining <= 0:
+                    return False
+                watch = [self.sock] if req_fd is None else [self.sock, req_fd]
+                ready, _, _ = select.select(watch, [], [], remaining)
+                if self.sock in ready:
+                    message = self.sock.recv(_MESSAGE)
+                    if not message:
+                        self.stop()
+                        raise ParentGone("the clean parent exited while importing its modules")
+                    self.hello = json.loads(message)
+                elif ready:
+                    return False
+            return True
+        finally:
+            self.waited += time.monotonic() - began
+
+    def spawn(self, role, fds, workdir):
+        """Have the clean parent fork a program process of ``role`` (:data:`sandboxes.docker.worker.program.ROLES`)
+        that holds ``fds``; its pid, a child of the worker. A clean parent that does not answer is replaced once."""
+        for _ in range(2):
+            if not self.ready():
+                raise ParentGone(f"the clean parent did not import its modules within {START_WAIT:.0f} s")
+            reply = self._ask({"role": role, "workdir": workdir}, fds)
+            if reply is not None:
+                if "pid" not in reply:
+                    raise OSError(f"the clean parent could not fork: {reply.get('error')}")
+                return reply["pid"]
+            self.start()
+        raise ParentGone("the clean parent did not answer")
+
+    def _ask(self, request, fds):
+        """Send one request with ``fds``; its answer, or None when the clean parent is gone or does not answer."""
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGCONT)  # a program may have stopped it
+            socket.send_fds(self.sock, [json.dumps(request).encode()], fds)
+        except OSError:
+            return None
+        deadline = time.monotonic() + REPLY_WAIT
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.sock], [], [], 0.5)
+            if ready:
+                try:
+                    message = self.sock.recv(_MESSAGE)
+                except OSError:
+                    return None
+                return json.loads(message) if message else None
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGCONT)
+            except OSError:
+                return None
+        return None
