@@ -1,13 +1,15 @@
-"""The warm interpreter that runs inside a sandbox container (standard library only).
+"""The process that answers requests inside a sandbox container (standard library only).
 
 Started once per container (``python3 -c <loader> <config json>``: the loader of
-:func:`sandboxes.docker.policy.worker_command` carries this module and its three
-parts, :mod:`sandboxes.docker.worker.wire` (framing), :mod:`sandboxes.docker.worker.procs` (killing and
-reaping) and :mod:`sandboxes.docker.worker.program` (the forked program side)), it imports
-numpy and sympy once and then answers requests on its stdin with responses on
-its stdout, each a frame of a 4-byte big-endian length and a UTF-8 JSON object.
-Why: a fresh ``python3`` pays for importing numpy on every call; a ``fork`` of a warm one
-does not, and a forked child still starts from a clean namespace.
+:func:`sandboxes.docker.policy.worker_command` carries this module and its parts,
+:mod:`sandboxes.docker.worker.wire` (framing), :mod:`sandboxes.docker.worker.procs` (killing and
+reaping), :mod:`sandboxes.docker.worker.program` (the forked program side) and
+:mod:`sandboxes.docker.worker.parent` (the clean parent the programs are forked from)), it answers
+requests on its stdin with responses on its stdout, each a frame of a 4-byte big-endian length and a
+UTF-8 JSON object. The programs are forked from the clean parent, a second interpreter that imported
+numpy and sympy once and never holds a request or an answer. Why: a fresh ``python3`` pays for
+importing numpy on every call; a ``fork`` of a warm one does not, and a forked child still starts
+from a clean namespace, and, forked from the clean parent, from memory that holds nothing of another call.
 
 Requests (``op``):
 
@@ -15,8 +17,9 @@ Requests (``op``):
 - ``run``: run ``code`` with ``timeout``, ``stdin`` and ``files`` (base64), answer the
   outcome: ``exit_code`` (negative: killed by that signal), ``stdout``/``stderr``
   (base64, each capped at ``max_output`` bytes while it is produced), ``timed_out``,
-  ``output_exceeded``, ``oom_killed``, ``state_lost``, ``duration``.
-- ``reset``: kill every process but the worker, remove every IPC object, empty the
+  ``output_exceeded``, ``oom_killed``, ``state_lost``, ``duration``, ``exiting`` (processes of
+  the call may still be exiting) and ``parent_lost`` (the next call waits for a new clean parent).
+- ``reset``: kill every process but the worker's own, remove every IPC object, empty the
   work and temp dirs, forget the stateful session.
 
 Modes: stateless (default) forks a child per call, so every call sees a fresh
@@ -26,13 +29,14 @@ to it as file descriptors over a Unix socket. A timeout kills the session (its
 state is lost, and the answer says so).
 
 After every call the whole process tree of the call is killed: every process in
-the container except the worker (and the stateful session) is sent SIGKILL, which
-also catches children that left the process group with ``setsid`` and processes whose
-main thread has exited while another runs; then (stateless mode) every System V and
-POSIX IPC object of the container is removed; with no session
-to keep, the worker, as PID 1, does it in one ``kill(-1)`` that a fork bomb cannot
-outrun. As PID 1 of the container the worker ignores signals it has no handler for, so the program
-cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned zombies.
+the container except the worker's own (its clean parent, spares and stateful session) is
+sent SIGKILL, which also catches children that left the process group with ``setsid`` and
+processes whose main thread has exited while another runs; then (stateless mode) every
+System V and POSIX IPC object of the container is removed. The worker, as PID 1, first stops
+every other process with one ``kill(-1, SIGSTOP)`` that a fork bomb cannot outrun, kills all
+but its own, and continues those. As PID 1 of the container the worker ignores signals it has
+no handler for, so the program cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned
+zombies.
 """
 
 import base64
@@ -113,7 +117,7 @@ class Worker:
             keep.add(self.session_pid)
         if self.parent.alive():
             keep.add(self.parent.pid)
-        keep.update(spare.pid for spare in self.spares)
+        keep.update(spare.pid for spare in self.spares if spare.alive())
         return keep
 
     def ping(self, request):
@@ -303,7 +307,7 @@ class Worker:
         else:
             for attempt in range(3):
                 spare = self._take_spare()
-                call = _Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r)
+                call = _Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r, spare.pidfd)
                 try:
                     write_frame(spare.ctl_w, {"code": code})
                 except OSError:
@@ -321,6 +325,8 @@ class Worker:
         oom_after = oom_kills()
         outcome["oom_killed"] = oom_before is not None and oom_after is not None and oom_after > oom_before
         outcome["duration"] = time.monotonic() - start
+        # a program killed the clean parent: the next call waits for a new one's imports, and its host for that
+        outcome["parent_lost"] = self.parent.lost()
         return outcome
 
     def _supervise(self, call, stdin_data, timeout, cap, start):
@@ -350,14 +356,10 @@ class Worker:
             os.close(in_w)
             owned.discard(in_w)
             in_w = -1  # its number may be reused below
-        watch = None
-        if pid is not None and hasattr(os, "pidfd_open"):
-            try:
-                watch = os.pidfd_open(pid)
-                owned.add(watch)
-                sel.register(watch, selectors.EVENT_READ)
-            except OSError:
-                watch = None
+        watch = call.pidfd
+        if watch is not None:
+            owned.add(watch)
+            sel.register(watch, selectors.EVENT_READ)
         deadline = start + timeout
         timed_out = exceeded = done = reaped = session_died = status_seen = exited = False
         started = pid is None  #: a spare says "S" when it has its code, before the code runs
@@ -519,14 +521,14 @@ def _waiting(fd):
 class _Call:
     """The descriptors of one running call: stdin to feed, output to read, where the status comes."""
 
-    def __init__(self, pid, in_w, out_r, err_r, status_fd):
+    def __init__(self, pid, in_w, out_r, err_r, status_fd, pidfd=None):
         self.pid, self.in_w, self.out_r, self.err_r, self.status_fd = pid, in_w, out_r, err_r, status_fd
+        self.pidfd = pidfd  #: the program process's pidfd, readable once it has exited
 
 
 def main():
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     if config.get("role") == "parent":
-        set_dumpable(False)
         serve(config)
         return
     procs.CONTAINED = bool(config.get("contained"))

@@ -25,18 +25,18 @@ import time
 
 from sandboxes.docker.worker.program import (
     ROLES,
+    SPARE_OOM_SCORE,
     _oom_score,
     collapse_heap,
     fork,
     limit_program_memory,
+    set_dumpable,
     shield_signals,
 )
 from sandboxes.docker.worker.wire import LEN, read_exact
 
 #: The descriptor of the clean parent's end of its socket to the worker.
 PARENT_FD = 3
-#: ``oom_score_adj`` of the clean parent: after the programs and the spares, before the worker (it is started again).
-PARENT_OOM_SCORE = 250
 #: Seconds the worker waits for a new clean parent's imports, and for the answer to one request.
 START_WAIT = 600.0
 REPLY_WAIT = 30.0
@@ -46,10 +46,13 @@ _MESSAGE = 1 << 16
 
 def serve(config):
     """The clean parent's life: import the preloaded modules, say so, then fork one program process per request."""
+    # behind the programs, before the worker, in the OOM killer's choice, as the spares it forks (who inherit it: a
+    # process that is not dumpable cannot write its own ``/proc`` files)
+    _oom_score(SPARE_OOM_SCORE)
+    set_dumpable(False)
     sock = socket.socket(fileno=PARENT_FD)
     os.chdir("/")  # its ``sys.path`` starts with the current dir: nothing a program wrote can be imported here
     shield_signals()
-    _oom_score(PARENT_OOM_SCORE)
     limit_program_memory(config.get("program_memory"))
     preloaded = []
     for name in config.get("preload", ()):
@@ -176,6 +179,19 @@ class CleanParent:
         if self.pidfd in ready:
             return False
         return not ready or self.hello is None  # a socket ready after the hello: its end
+
+    def lost(self):
+        """Whether the next program process may wait for a new clean parent: none is ready, or the one there has a
+        SIGKILL on its way (a program sent it one; its exit may still be under way)."""
+        if self.hello is None or not self.alive():
+            return True
+        try:
+            with open(f"/proc/{self.pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            return True
+        pending = int(fields.get("ShdPnd", "0"), 16) | int(fields.get("SigPnd", "0"), 16)
+        return fields.get("State", "").split()[:1] in (["Z"], ["X"]) or bool(pending & (1 << (signal.SIGKILL - 1)))
 
     def ready(self, wait=START_WAIT, req_fd=None):
         """Wait up to ``wait`` seconds for the clean parent to have imported its modules (starting one if none

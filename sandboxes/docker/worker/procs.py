@@ -156,7 +156,7 @@ def stop_and_kill(keep, wait=0.0):
                 killed.add(pid)
     finally:
         for pid in keep:
-            if pid != me:
+            if pid > 0 and pid != me:  # not 0, which would name our own process group
                 try:
                     os.kill(pid, signal.SIGCONT)
                 except (ProcessLookupError, PermissionError):

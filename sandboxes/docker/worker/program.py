@@ -9,6 +9,7 @@ import builtins
 import json
 import os
 import resource
+import select
 import signal
 import socket
 import sys
@@ -90,7 +91,8 @@ def collapse_heap():
 
 #: ``oom_score_adj`` of a program process: the first the OOM killer takes (raising it needs no privilege)
 PROGRAM_OOM_SCORE = 1000
-#: ``oom_score_adj`` of a spare waiting for its code: after the programs, before the worker (which keeps its own)
+#: ``oom_score_adj`` of a spare waiting for its code and of the clean parent, which it inherits from: after the
+#: programs, before the worker (which keeps its own)
 SPARE_OOM_SCORE = 500
 
 
@@ -162,14 +164,12 @@ def shield_signals():
 def _child_setup(workdir, program=True):
     """What every forked program process does first: own session, OOM victim, default signals.
 
-    A spare (``program=False``) stays not dumpable, and behind the programs in the OOM killer's choice, until its
-    code comes.
+    A spare (``program=False``) stays not dumpable, and behind the programs in the OOM killer's choice (its clean
+    parent's score, :data:`SPARE_OOM_SCORE`), until its code comes.
     """
     os.setsid()
     if program:
         _become_program()
-    else:
-        _oom_score(SPARE_OOM_SCORE)  # a spare dies before the worker (it is forked again)
     try:
         # Inside the container's CPU share, the worker must win against a fork bomb to end it in time: a program
         # runs, and its teardown exits, at idle priority, which the worker preempts as soon as it wakes (and which
@@ -358,33 +358,37 @@ class _Spare:
         finally:
             for fd in (in_r, out_w, err_w, ctl_r, st_w):
                 os.close(fd)
+        try:  # the process itself, not its pid, which another may take once it is gone
+            self.pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            self.pidfd = None
+
+    def alive(self):
+        """Whether the spare's process has not exited."""
+        return self.pidfd is not None and not select.select([self.pidfd], [], [], 0)[0]
 
     def usable(self):
         """Whether the spare is still waiting for its code (a program may have killed or stopped it)."""
-        try:
-            pid, _ = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            return False  # already reaped: dead
-        if pid:
+        if not self.alive():
             return False
         try:
-            os.kill(self.pid, signal.SIGCONT)  # undo a SIGSTOP a program may have sent it
-        except ProcessLookupError:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGCONT)  # undo a SIGSTOP a program may have sent it
+        except OSError:
             return False
         return True
 
-    def close(self):
-        """Close the worker's ends of the spare's pipes (the process itself is someone else's to end)."""
+    def discard(self):
+        """Close the worker's ends of the spare's pipes, and end its process."""
         for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
             try:
                 os.close(fd)
             except OSError:
                 pass
-
-    def discard(self):
-        self.close()
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (OSError, ChildProcessError):
+                pass
+            os.close(self.pidfd)
+            self.pidfd = None
