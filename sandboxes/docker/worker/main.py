@@ -64,7 +64,6 @@ from sandboxes.docker.worker.program import (
     _decode_status,
     _Spare,
     set_dumpable,
-    set_subreaper,
 )
 from sandboxes.docker.worker.wire import LEN as _LEN
 from sandboxes.docker.worker.wire import read_frame, write_frame
@@ -102,8 +101,6 @@ class Worker:
         self.exiting = None  #: that process once killed after its answer: the next run waits for its exit
         #: processes that were there before the worker (an init, the exec transport's idle process)
         self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if procs.CONTAINED else set()
-        if not (procs.INIT or set_subreaper()):
-            raise RuntimeError("the worker cannot adopt its program processes (no PR_SET_CHILD_SUBREAPER)")
         #: the process the programs are forked from, which never holds a request or an answer
         self.parent = CleanParent(command or _own_command(), self.config)
         try:

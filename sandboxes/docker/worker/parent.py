@@ -2,18 +2,19 @@
 
 The worker reads each request and writes each answer, so its heap holds freed copies of them; a program forked
 from it would find earlier calls' code and output in its own memory, across rollouts too. The clean parent never
-holds one: the worker starts it as a fresh interpreter (a fork that ``exec``\\ s at once, so nothing of the
+holds one: the worker starts it as a fresh interpreter (a fork that calls ``exec`` at once, so nothing of the
 worker's memory comes with it), it imports the preloaded modules once, and from then on it only forks. The worker
 hands it the new process's pipe ends (``SCM_RIGHTS``), never a request: the program process reads its code itself
-from its control pipe, and its output goes to the worker. It forks through a middle process that exits at once, so
-the program process becomes the worker's child (the worker is PID 1, or else a child subreaper) and its exit status
-is the kernel's, read by the worker (``waitpid``), as before.
+from its control pipe, and its output goes to the worker. It forks with ``clone(CLONE_PARENT)``, so the program
+process is the worker's child, not its own, and its exit status is the kernel's, read by the worker (``waitpid``),
+as before.
 
 A program runs as the clean parent's uid and can signal it: it ignores every signal it can, it is not dumpable,
 the worker continues it (``SIGCONT``) before each request and starts a new one when it is gone (the next program
 process waits for its imports, which do not count against that call's timeout). The worker's sweeps keep it alive.
 """
 
+import ctypes
 import gc
 import json
 import os
@@ -33,7 +34,6 @@ from sandboxes.docker.worker.program import (
     set_dumpable,
     shield_signals,
 )
-from sandboxes.docker.worker.wire import LEN, read_exact
 
 #: The descriptor of the clean parent's end of its socket to the worker.
 PARENT_FD = 3
@@ -51,7 +51,6 @@ def serve(config):
     _oom_score(SPARE_OOM_SCORE)
     set_dumpable(False)
     sock = socket.socket(fileno=PARENT_FD)
-    os.chdir("/")  # its ``sys.path`` starts with the current dir: nothing a program wrote can be imported here
     shield_signals()
     limit_program_memory(config.get("program_memory"))
     preloaded = []
@@ -73,7 +72,7 @@ def serve(config):
             os._exit(0)  # the worker is gone
         try:
             request = json.loads(message)
-            reply = {"pid": _fork_orphan(sock, ROLES[request["role"]], fds, request["workdir"])}
+            reply = {"pid": _fork_sibling(sock, ROLES[request["role"]], fds, request["workdir"])}
         except Exception as exc:  # noqa: BLE001 - the worker is told, and the clean parent lives on
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
@@ -85,36 +84,42 @@ def serve(config):
             os._exit(0)
 
 
-def _fork_orphan(sock, run, fds, workdir):
-    """Fork a process that runs ``run(fds, workdir)`` through a middle process that exits at once, so that it is
-    re-parented to the worker; return its pid once it is the worker's child."""
-    pid_r, pid_w = os.pipe()
-    try:
-        middle = fork()
-    except BaseException:
-        os.close(pid_r)
-        os.close(pid_w)
-        raise
-    if middle == 0:
+#: ``clone`` by machine (its first argument is the flags on each; the others stay 0, as ``fork`` passes them).
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+_CLONE_PARENT = 0x00008000
+
+
+def _clone_sibling():
+    """``os.fork``, but the child is the caller's parent's child (``clone(CLONE_PARENT)``): Python's own set-up
+    around a fork (``PyOS_BeforeFork`` and after) around the system call. Only in a process of one thread."""
+    number = _SYS_CLONE.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"the clean parent cannot fork on {os.uname().machine} (no clone number known)")
+    api = ctypes.PyDLL(None, use_errno=True)  # calls with the GIL held, as ``os.fork`` does
+    api.syscall.restype = ctypes.c_long
+    args = [ctypes.c_long(value) for value in (number, _CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)]
+    api.PyOS_BeforeFork()
+    pid = api.syscall(*args)
+    errno = ctypes.get_errno()
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(errno, os.strerror(errno))
+    return pid
+
+
+def _fork_sibling(sock, run, fds, workdir):
+    """Fork a process that runs ``run(fds, workdir)`` as a child of the worker; return its pid."""
+    pid = fork(clone=_clone_sibling)
+    if pid == 0:
         try:
-            os.close(pid_r)
-            pid = fork()
-            if pid == 0:
-                os.close(pid_w)
-                sock.close()
-                run(fds, workdir)  # never returns
-            os.write(pid_w, LEN.pack(pid))
+            sock.close()
+            run(fds, workdir)  # never returns
         finally:
-            os._exit(0)
-    os.close(pid_w)
-    try:
-        data = read_exact(pid_r, LEN.size)
-    finally:
-        os.close(pid_r)
-        os.waitpid(middle, 0)  # once it is reaped, its child is the worker's
-    if data is None:
-        raise OSError("the program process could not be forked")
-    return LEN.unpack(data)[0]
+            os._exit(70)
+    return pid
 
 
 class ParentGone(OSError):
@@ -148,6 +153,8 @@ class CleanParent:
             raise
         if pid == 0:
             try:
+                # ``sys.path`` starts with the current dir: from the read-only root, nothing a program wrote in the
+                # work dir can be imported by the new interpreter
                 os.chdir("/")
                 if theirs.fileno() == PARENT_FD:
                     os.set_inheritable(PARENT_FD, True)

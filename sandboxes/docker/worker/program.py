@@ -27,12 +27,12 @@ from sandboxes.docker.worker.wire import LEN as _LEN
 from sandboxes.docker.worker.wire import read_frame
 
 PR_SET_DUMPABLE = 4
-PR_SET_CHILD_SUBREAPER = 36
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
 
 
-def fork(attempts=50):
-    """``os.fork``, retried while the container's pid or memory limit refuses it for a moment.
+def fork(attempts=50, clone=os.fork):
+    """``os.fork`` (or ``clone``, which forks the same way), retried while the container's pid or memory limit
+    refuses it for a moment.
 
     Killed processes count against the pid limit until they are reaped (the worker's SIGCHLD handler
     reaps them meanwhile), and a program the OOM killer just ended may still be releasing its memory:
@@ -40,7 +40,7 @@ def fork(attempts=50):
     """
     for attempt in range(attempts):
         try:
-            return os.fork()
+            return clone()
         except OSError:
             if attempt == attempts - 1:
                 raise
@@ -52,12 +52,6 @@ def set_dumpable(flag):
     """``prctl(PR_SET_DUMPABLE)``: a process that is not dumpable cannot be traced, nor its ``/proc/PID/fd``
     opened, by the programs (which run as the same uid). True when it took effect."""
     return _prctl is not None and _prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0) == 0
-
-
-def set_subreaper():
-    """``prctl(PR_SET_CHILD_SUBREAPER)``: orphans among this process's descendants become its children (as they
-    would of PID 1). True when it took effect."""
-    return _prctl is not None and _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def collapse_heap():
