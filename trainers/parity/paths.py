@@ -12,8 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.core.rollout import Trajectory
 from harness.core.seeds import trajectory_seed
-from trainers.parity.models import FrozenModel, frozen_model
+from trainers.parity.models import Asked, FrozenModel, frozen_model
 from trainers.parity.records import (
     ParityError,
     PathRun,
@@ -22,10 +23,28 @@ from trainers.parity.records import (
     count_record,
     message_record,
     summary_record,
-    trajectory_record,
 )
 
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def trajectory_record(traj: Trajectory, correct: bool, reward: float, asked: Asked) -> SampleRecord:
+    """A trainer path's trajectory in the compared form, with what its model was asked."""
+    summary = traj.summary()
+    compared, events = summary_record(summary)
+    messages = [message_record(m) for m in traj.messages]
+    return SampleRecord(
+        messages,
+        events,
+        compared,
+        traj.final_text,
+        correct,
+        reward,
+        asked.seeds,
+        asked.contexts,
+        count_record(summary, [m.tokens for m in traj.messages if m.role == "assistant"]),
+    )
 
 
 # --- the Inspect path ---------------------------------------------------------------------------------------------
@@ -70,7 +89,12 @@ def run_inspect(
         os.chdir(ROOT)  # Inspect resolves a task file relative to the working directory
         try:
             [log] = inspect_eval(
-                f"tasks/{task}.py", model=name, task_args=args, log_dir=log_dir or tmp, display="none", **options
+                f"tasks/{task}.py",
+                model=name,
+                task_args=args,
+                log_dir=log_dir or tmp,
+                display="none",
+                **options,
             )
         finally:
             os.chdir(cwd)

@@ -4,13 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.core.messages import Message
-from harness.core.rollout import Trajectory
-
-if TYPE_CHECKING:
-    from trainers.parity.models import Asked
 
 #: The SAAR events' fields that are compared (``tokens`` counts a replay turn differently per path).
 EVENT_FIELDS = ("turn", "retry", "action", "error_kind", "similarity", "ok", "failed_code", "new_code")
@@ -96,24 +92,6 @@ def count_record(summary: dict[str, Any], turn_tokens: list[int | None]) -> dict
         "turn_tokens": turn_tokens,
         "event_tokens": [e["tokens"] for e in summary["saar_events"]],
     }
-
-
-def trajectory_record(traj: Trajectory, correct: bool, reward: float, asked: Asked) -> SampleRecord:
-    """A trainer path's trajectory in the compared form, with what its model was asked."""
-    summary = traj.summary()
-    compared, events = summary_record(summary)
-    messages = [message_record(m) for m in traj.messages]
-    return SampleRecord(
-        messages,
-        events,
-        compared,
-        traj.final_text,
-        correct,
-        reward,
-        asked.seeds,
-        asked.contexts,
-        count_record(summary, [m.tokens for m in traj.messages if m.role == "assistant"]),
-    )
 
 
 def first_difference(a: PathRun, b: PathRun, *, seeds: bool = True, counts: bool = True) -> str | None:
