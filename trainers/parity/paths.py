@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.benchmarks.registry import TASKS_DIR
 from harness.core.rollout import Trajectory
 from harness.core.seeds import trajectory_seed
 from trainers.parity.models import Asked, FrozenModel, frozen_model
@@ -24,9 +25,6 @@ from trainers.parity.records import (
     message_record,
     summary_record,
 )
-
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def trajectory_record(traj: Trajectory, correct: bool, reward: float, asked: Asked) -> SampleRecord:
@@ -78,7 +76,7 @@ def run_inspect(
     from harness.evals.convert import from_inspect  # noqa: PLC0415
 
     frozen = frozen_model(model)
-    task_file = ROOT / "tasks" / f"{task}.py"
+    task_file = TASKS_DIR / f"{task}.py"
     if not task_file.is_file():
         raise ParityError(f"no task {task!r}: {task_file} does not exist (name the benchmark with --task)")
     name, model_args, options = frozen.inspect(tool_env)
@@ -86,10 +84,10 @@ def run_inspect(
     args |= {"judge": judge, "seed": seed, **model_args}  # the model's arguments last (its data, its budgets)
     with tempfile.TemporaryDirectory() as tmp:
         cwd = os.getcwd()
-        os.chdir(ROOT)  # Inspect resolves a task file relative to the working directory
+        os.chdir(TASKS_DIR.parent)  # Inspect resolves a task file relative to the working directory
         try:
             [log] = inspect_eval(
-                f"tasks/{task}.py",
+                f"{TASKS_DIR.name}/{task}.py",
                 model=name,
                 task_args=args,
                 log_dir=log_dir or tmp,
