@@ -10,7 +10,8 @@ import yaml
 
 from harness.__main__ import main
 from harness.benchmarks.registry import NAMES
-from harness.reports.regression import BASELINES_DIR, BaselineError, load_baseline, regression
+from harness.evals.baselines import regression
+from harness.reports.regression import BASELINES_DIR, BaselineError, load_baseline
 
 T, E = logs.trajectory, logs.event
 MODEL = "replay/test.yaml"

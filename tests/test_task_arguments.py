@@ -275,7 +275,7 @@ def test_a_registered_benchmark_gets_a_task_and_is_compared(tmp_path: Path, monk
         arguments={"subject": "only this subject's problems"},
     )
     monkeypatch.setitem(BENCHMARKS, "tiny", bench)
-    monkeypatch.setattr(compare, "TASKS_DIR", tasks_dir)
+    monkeypatch.setattr(registry, "TASKS_DIR", tasks_dir)
     # its task file, as python -m harness generate writes it for a new entry
     assert generate.stale(tmp_path, write=True, only=["tasks/tiny.py"]) == ["tasks/tiny.py#task"]
     assert "def tiny(" in (tasks_dir / "tiny.py").read_text(encoding="utf-8")

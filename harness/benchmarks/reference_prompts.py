@@ -31,29 +31,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.benchmarks.reference_reader import (
+    DATASET_CLASS,
+    REFERENCE_COMMIT,
+    DataValue,
+    PromptReader,
+    ReferencePromptError,
+    module_constants,
+    subscript_keys,
+)
 from harness.core.kinds import KINDS
 from harness.core.prompts import PromptTemplates, load_prompt_templates
 
-#: The commit whose prompts the project reads, and its file's path and sha256.
-REFERENCE_COMMIT = "91e40ad70b48320ea8db5716bb86292b4e187f4c"
+#: The reference's file that builds the prompts, and its sha256 at :data:`REFERENCE_COMMIT`.
 REWARD_PATH = Path("recipe/cleaner/reward.py")
 REWARD_SHA256 = "ae50eeab374830c6b68bedae807cabb4807e0969fe7b16bff632f087efe27a9d"
-#: The class whose methods build the evaluation prompts.
-DATASET_CLASS = "CustomRLHFDataset"
-
-
-@dataclass(frozen=True)
-class DataValue:
-    """A value of the row a method puts in its prompt: the template placeholder it becomes.
-
-    ``keys`` are the subscript keys the value is read with (``row["problem"]``: ``("problem",)``;
-    ``reward_model["ground_truth"]["inputs"]``: ``("ground_truth", "inputs")``); any one of
-    ``sources`` must match the end of them. ``as_str`` says the prompt shows it through ``str()``.
-    """
-
-    placeholder: str
-    sources: tuple[tuple[str | int, ...], ...]
-    as_str: bool = False
 
 
 #: kind -> (the method that builds its prompt, the method's data names -> what each becomes).
@@ -89,10 +81,6 @@ CODE_CONDITION = '"code" in row["data_source"]'
 OPEN_AGENTRL_FIRST_SOURCE = "math_dapo"
 
 
-class ReferencePromptError(ValueError):
-    """The reference's file is missing, of another commit, or not in the shape this reader knows."""
-
-
 def reward_file(checkout: str | os.PathLike[str]) -> Path:
     """The ``reward.py`` of ``checkout``: a checkout's directory (git or plain), or the file itself."""
     path = Path(checkout).expanduser()
@@ -121,143 +109,6 @@ def check_commit(path: Path, raw: bytes, pinned: str | None = None) -> None:
         )
 
 
-class _Reader:
-    """Turns one method's prompt expressions into template text.
-
-    ``label`` names what the method builds in an error; ``data`` are the method's data names and
-    what each becomes.
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        constants: Mapping[str, ast.expr],
-        method: ast.FunctionDef,
-        label: str,
-        data: Mapping[str, DataValue],
-    ) -> None:
-        self.path = path
-        self.constants = constants
-        self.method = method
-        self.label = label
-        self.data = data
-        self.locals: dict[str, list[ast.expr]] = {}  # name -> every value assigned to it in the method
-        for node in ast.walk(method):
-            if isinstance(node, ast.Assign):
-                for target in node.targets:
-                    self._record(target, node.value)
-
-    def _record(self, target: ast.expr, value: ast.expr) -> None:
-        if isinstance(target, ast.Name):
-            self.locals.setdefault(target.id, []).append(value)
-        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
-            for name, item in zip(target.elts, value.elts, strict=True):
-                self._record(name, item)
-        elif isinstance(target, ast.Tuple):
-            for name in target.elts:
-                if isinstance(name, ast.Name):
-                    self.locals.setdefault(name.id, []).append(value)
-
-    def fail(self, node: ast.AST, what: str) -> ReferencePromptError:
-        line = getattr(node, "lineno", self.method.lineno)
-        return ReferencePromptError(
-            f"{self.path}:{line}: {DATASET_CLASS}.{self.method.name} ({self.label}): {what}; the file's shape is not "
-            f"that of commit {REFERENCE_COMMIT[:7]}, so its prompt cannot be read"
-        )
-
-    def template(self, node: ast.expr) -> str:
-        """The template text of the prompt expression ``node``, which must use every data value."""
-        text, used = self.text(node, set())
-        wanted = {value.placeholder for value in self.data.values()}
-        if used != wanted:
-            missing = ", ".join(sorted(wanted - used))
-            raise self.fail(node, f"the prompt does not use the row's {missing}")
-        return text
-
-    def evaluation_template(self) -> str:
-        """The template of an evaluation method: its one assignment to ``prompt``."""
-        prompts = self.locals.get("prompt", [])
-        if len(prompts) != 1:
-            raise self.fail(self.method, f"expected one assignment to 'prompt', found {len(prompts)}")
-        return self.template(prompts[0])
-
-    def text(self, node: ast.expr, seen: set[str]) -> tuple[str, set[str]]:
-        """The template text of ``node`` and the placeholders it uses."""
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            return node.value.replace("{", "{{").replace("}", "}}"), set()
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-            left, left_used = self.text(node.left, seen)
-            right, right_used = self.text(node.right, seen)
-            return left + right, left_used | right_used
-        if isinstance(node, ast.JoinedStr):
-            parts, used = [], set()
-            for value in node.values:
-                if isinstance(value, ast.FormattedValue):
-                    if value.conversion != -1 or value.format_spec is not None:
-                        raise self.fail(value, "an f-string field with a conversion or format spec")
-                    part, part_used = self.data_value(value.value, as_str=False)
-                else:
-                    part, part_used = self.text(value, seen)
-                parts.append(part)
-                used |= part_used
-            return "".join(parts), used
-        if isinstance(node, ast.Call):
-            if isinstance(node.func, ast.Name) and node.func.id == "str" and len(node.args) == 1 and not node.keywords:
-                return self.data_value(node.args[0], as_str=True)
-            raise self.fail(node, f"a call in the prompt ({ast.unparse(node)[:60]})")
-        if isinstance(node, ast.Name):
-            if node.id in self.data:
-                return self.data_value(node, as_str=False)
-            if node.id in seen:
-                raise self.fail(node, f"{node.id!r} refers to itself")
-            values = self.locals.get(node.id)
-            if values is None and node.id in self.constants:
-                values = [self.constants[node.id]]
-            if not values:
-                raise self.fail(node, f"{node.id!r} is neither a string constant nor the row's data")
-            if len(values) != 1:
-                raise self.fail(node, f"{node.id!r} is assigned {len(values)} times")
-            return self.text(values[0], seen | {node.id})
-        raise self.fail(node, f"an unexpected expression in the prompt ({ast.unparse(node)[:60]})")
-
-    def data_value(self, node: ast.expr, *, as_str: bool) -> tuple[str, set[str]]:
-        """The placeholder of a data name, checked against where the method reads it from."""
-        if not isinstance(node, ast.Name) or node.id not in self.data:
-            raise self.fail(node, f"{ast.unparse(node)[:60]!r} is not the row's data ({', '.join(self.data)})")
-        value = self.data[node.id]
-        if value.as_str != as_str:
-            shown = f"str({node.id})" if value.as_str else node.id
-            raise self.fail(node, f"the row's {node.id} is shown otherwise than as {shown}")
-        for assigned in self.locals.get(node.id, []):
-            keys = _subscript_keys(assigned)
-            if not any(keys[-len(source) :] == source for source in value.sources):
-                sources = " or ".join("[" + "][".join(repr(k) for k in s) + "]" for s in value.sources)
-                raise self.fail(assigned, f"{node.id!r} is read from {ast.unparse(assigned)[:60]}, not {sources}")
-        if node.id not in self.locals:
-            raise self.fail(node, f"{node.id!r} is not read from the row in this method")
-        return "{" + value.placeholder + "}", {value.placeholder}
-
-
-def _subscript_keys(node: ast.expr) -> tuple[str | int, ...]:
-    """The keys of a subscript chain (``a["x"][0]``: ``("x", 0)``); ``()`` for anything else."""
-    keys: list[str | int] = []
-    while isinstance(node, ast.Subscript):
-        key = node.slice
-        if not (isinstance(key, ast.Constant) and type(key.value) in (str, int)):
-            return ()
-        keys.append(key.value)
-        node = node.value
-    return tuple(reversed(keys))
-
-
-def _module_constants(tree: ast.Module) -> dict[str, ast.expr]:
-    constants: dict[str, ast.expr] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            constants[node.targets[0].id] = node.value
-    return constants
-
-
 @dataclass(frozen=True)
 class ReadPrompts:
     """The templates read from the reference's file, and where each came from (the written file's header)."""
@@ -280,7 +131,7 @@ def _dataset_class(path: Path, source: str) -> tuple[ast.ClassDef, dict[str, ast
             f"commit {REFERENCE_COMMIT[:7]}"
         )
     methods = {n.name: n for n in classes[0].body if isinstance(n, ast.FunctionDef)}
-    return classes[0], methods, _module_constants(tree)
+    return classes[0], methods, module_constants(tree)
 
 
 def _method(
@@ -306,13 +157,13 @@ def read_templates(path: Path, source: str, *, training: str | None = None) -> R
         templates: dict[str, str] = {}
         for kind, (name, data) in METHODS.items():
             method = _method(path, cls, methods, name, f"{kind}'s prompt")
-            templates[kind] = _Reader(path, constants, method, kind, data).evaluation_template()
+            templates[kind] = PromptReader(path, constants, method, kind, data).evaluation_template()
         origin = ", ".join(f"{kind} <- {METHODS[kind][0]}" for kind in templates)
         return ReadPrompts(templates, "evaluation prompts", origin)
     dispatch = _method(path, cls, methods, DISPATCH_METHOD, "the choice of a file's method")
     name = training_method(path, dispatch, training)
     method = _method(path, cls, methods, name, f"the training prompts of data_source {training!r}")
-    reader = _Reader(path, constants, method, f"training, first data_source {training!r}", TRAINING_DATA)
+    reader = PromptReader(path, constants, method, f"training, first data_source {training!r}", TRAINING_DATA)
     templates = _training_templates(reader)
     origin = f"for a file whose first row's data_source is {training!r} ({DISPATCH_METHOD}): " + ", ".join(
         f"{kind} <- {name}" for kind in templates
@@ -409,10 +260,10 @@ def training_method(path: Path, dispatch: ast.FunctionDef, first_source: str) ->
 
 
 def _sets_message(node: ast.AST) -> bool:
-    return isinstance(node, ast.Assign) and any(_subscript_keys(t) == MESSAGE for t in node.targets)
+    return isinstance(node, ast.Assign) and any(subscript_keys(t) == MESSAGE for t in node.targets)
 
 
-def _training_templates(reader: _Reader) -> dict[str, str]:
+def _training_templates(reader: PromptReader) -> dict[str, str]:
     """The template of each kind of a training method: the value it sets the row's first message to.
 
     A method that sets it once, unconditionally, gives every kind that template; one that sets it

@@ -82,6 +82,9 @@ class Benchmark:
         ]
 
 
+#: Each benchmark's task file, ``tasks/<name>.py``, in a source checkout (an installed package has ``cleaner.tasks``).
+TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
+
 #: Every benchmark, by name, in the order ``compare`` runs them and the docs list them.
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b

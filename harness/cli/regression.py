@@ -1,5 +1,5 @@
 """``python -m harness regression``: run the baselines (``results/baselines/*.yaml``) and exit non-zero when one is
-not met (:mod:`harness.reports.regression`)."""
+not met (:mod:`harness.reports.regression`, run by :mod:`harness.evals.baselines`)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def add_arguments(r: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.reports.regression import regression
+    from harness.evals.baselines import regression
 
     log_dir = args.log_dir or str(Path("results/runs/regression") / run_name())
     return regression(

@@ -21,6 +21,7 @@ from typing import Any
 from inspect_ai.event import ModelEvent
 from inspect_ai.log import EvalLog, EvalSample, read_eval_log
 
+from harness.benchmarks import registry
 from harness.benchmarks.registry import NAMES, PAPER
 from harness.core.metrics import TrajectoryMetrics
 
@@ -32,9 +33,6 @@ DEFAULT_TASKS = PAPER
 
 #: Arm labels: SAAR switched on for the task (``-T saar=true``) or off.
 ARMS = ("off", "on")
-
-#: The repository's ``tasks/`` directory (present in a source checkout / editable install).
-TASKS_DIR = Path(__file__).resolve().parents[2] / "tasks"
 
 
 class CompareError(ValueError):
@@ -111,7 +109,7 @@ def task_name(spec: str) -> str:
 def task_file(task: str) -> str:
     """The file Inspect should load for ``task``: a bundled name, or a path the user gives."""
     if task in TASKS:
-        path = TASKS_DIR / f"{task}.py"
+        path = registry.TASKS_DIR / f"{task}.py"
         if not path.is_file():
             raise CompareError(f"task {task!r}: {path} not found (run from a source checkout of the harness)")
         return f"{path}@{task}"  # Inspect loads an absolute file path only with an explicit @task

@@ -1,4 +1,4 @@
-"""Regression evals: run pinned baselines and fail when a metric leaves its tolerance.
+"""Regression baselines: an eval's pinned metrics, and the check that fails when a metric leaves its tolerance.
 
 A baseline is a YAML file under ``results/baselines/``::
 
@@ -17,7 +17,8 @@ A baseline is a YAML file under ``results/baselines/``::
       saar_shallow: 1            # a bare number: exact
       tokens_mean: {min: 10, max: 400}
 
-:func:`check` compares one eval log with its baseline. A log whose status is not
+:func:`check` compares one eval log with its baseline, :func:`verdicts` every baseline with its run
+(:mod:`harness.evals.baselines` runs them). A log whose status is not
 ``success``, or that has errored samples, fails whatever its metrics say:
 ``inspect eval`` itself exits 0 when a task errors, so this is the CI gate.
 """
@@ -25,16 +26,14 @@ A baseline is a YAML file under ``results/baselines/``::
 from __future__ import annotations
 
 import math
-import multiprocessing
-from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from harness.reports.compare import ArmRun, CompareError, arm_from_log, read_arms, task_file, task_name
+from harness.reports.compare import ArmRun, task_name
 from harness.reports.stats import summarize
 
 #: Where the baselines live in the repository.
@@ -274,58 +273,6 @@ def check(baseline: Baseline, arm: ArmRun | None) -> Outcome:
     return out
 
 
-def _errored(baseline: Baseline, exc: BaseException) -> ArmRun:
-    error = f"{type(exc).__name__}: {exc}"
-    return ArmRun(baseline.task, baseline.arm, baseline.model, "error", "", baseline.epochs, [], error=error)
-
-
-def run_baseline(baseline: Baseline, log_dir: str | Path, display: str | None = "none") -> ArmRun:
-    """Evaluate one baseline with ``inspect_ai.eval``; an eval that raises becomes an errored arm."""
-    from inspect_ai import eval as inspect_eval
-    from inspect_ai.log import read_eval_log
-
-    try:
-        spec = task_file(baseline.task)
-        logs = inspect_eval(
-            tasks=spec,
-            model=baseline.model,
-            model_args=baseline.model_args,
-            task_args=baseline.all_task_args,
-            limit=baseline.limit,
-            log_dir=str(Path(log_dir) / baseline.name),
-            display=display,  # type: ignore[arg-type]
-            **baseline.generate,
-        )
-    except Exception as exc:  # noqa: BLE001 - any failure to run is a failed baseline, reported by name
-        return _errored(baseline, exc)
-    log = logs[0]
-    if log.location:
-        log = read_eval_log(log.location)
-    return arm_from_log(log)
-
-
-def _in_a_process_of_its_own(baseline: Baseline, log_dir: str | Path, display: str | None) -> ArmRun:
-    """:func:`run_baseline` in a new process: one that dies (killed, out of memory) fails this baseline only."""
-    try:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as process:
-            return process.submit(run_baseline, baseline, log_dir, display).result()
-    except Exception as exc:  # noqa: BLE001 - BrokenProcessPool and the like: a failed baseline, reported by name
-        return _errored(baseline, exc)
-
-
-def run_baselines(
-    baselines: Sequence[Baseline], log_dir: str | Path, display: str | None = "none", jobs: int = 1
-) -> Iterator[ArmRun]:
-    """Each baseline's arm, in the baselines' order; ``jobs`` > 1 evaluates that many at once, each in a process
-    of its own (an eval keeps about one core busy: the embedded engine's torch thread, or its sandboxes)."""
-    if jobs <= 1:
-        yield from (run_baseline(b, log_dir, display) for b in baselines)
-        return
-    with ThreadPoolExecutor(jobs) as threads:
-        futures = [threads.submit(_in_a_process_of_its_own, b, log_dir, display) for b in baselines]
-        yield from (f.result() for f in futures)
-
-
 def find_arm(baseline: Baseline, arms: Sequence[ArmRun]) -> ArmRun | None:
     """The arm among existing logs that a baseline describes (same task, SAAR setting and model)."""
     name = task_name(baseline.task)
@@ -351,29 +298,14 @@ def update_baseline(baseline: Baseline, measured: dict[str, float]) -> None:
     baseline.path.write_text(text, encoding="utf-8")
 
 
-def regression(
-    baselines: Sequence[str | Path] = (),
-    *,
-    log_dir: str | Path,
-    from_logs: Sequence[str | Path] = (),
-    update: bool = False,
-    display: str | None = "none",
-    jobs: int = 1,
-    echo: Any = print,
+def verdicts(
+    baselines: Sequence[Baseline], arms: Iterable[ArmRun | None], *, update: bool = False, echo: Any = print
 ) -> int:
-    """Run (or, with ``from_logs``, look up) every baseline and check it; return the exit status (0 = pass).
-
-    ``jobs``: how many baselines are evaluated at once (their verdicts are printed in the baselines' order).
-    """
-    try:
-        loaded = [load_baseline(p) for p in baseline_files(baselines)]
-        arms = read_arms(from_logs)[0] if from_logs else []
-    except (BaselineError, CompareError) as exc:
-        echo(f"regression: {exc}")
-        return 2
+    """Check each baseline against its arm (``arms``, in the baselines' order; None: no log found) and print each
+    verdict; with ``update``, first rewrite the values of each baseline whose eval succeeded with what it measured.
+    Return the exit status (0 = pass)."""
     outcomes = []
-    found = (find_arm(b, arms) for b in loaded) if from_logs else run_baselines(loaded, log_dir, display, jobs)
-    for b, arm in zip(loaded, found, strict=True):
+    for b, arm in zip(baselines, arms, strict=True):
         outcome = check(b, arm)
         if update and outcome.measured and arm is not None and arm.status == "success" and not arm.errored:
             update_baseline(b, outcome.measured)

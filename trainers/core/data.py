@@ -53,7 +53,6 @@ from harness.core.kinds import KINDS, Kind
 
 HUB_ID = "Gen-Verse/Open-AgentRL-30K"
 DATA_DIR = Path(__file__).parents[1] / "data"
-BIGNUM_PATH = DATA_DIR / "bignum.jsonl"
 RL_PATH = DATA_DIR / "tools-rl.jsonl"
 RL_SEED = 2000  #: seed of the CPU RL set (the warm SFT draws from 0, its held-out measurement from 1000)
 RL_SIZE = 64
@@ -299,13 +298,6 @@ def bignum_items(n: int = 48, seed: int = 1234) -> list[TrainItem]:
         question, answer = makers[i % len(makers)](a, b)
         items.append(TrainItem(f"bignum-{i:03d}", prompts.math_prompt(question), str(answer), "math", source="bignum"))
     return items
-
-
-def write_bignum(path: str | Path = BIGNUM_PATH, n: int = 48, seed: int = 1234) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(item.label() + "\n" for item in bignum_items(n, seed)), encoding="utf-8")
-    return path
 
 
 # --------------------------------------------------------------------------- generated problems
