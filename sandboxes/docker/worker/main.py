@@ -3,8 +3,9 @@
 Started once per container (``python3 -c <loader> <config json>``: the loader of
 :func:`sandboxes.docker.policy.worker_command` carries this module and its parts,
 :mod:`sandboxes.docker.worker.wire` (framing), :mod:`sandboxes.docker.worker.procs` (killing and
-reaping), :mod:`sandboxes.docker.worker.program` (the forked program side) and
-:mod:`sandboxes.docker.worker.parent` (the clean parent the programs are forked from)), it answers
+reaping), :mod:`sandboxes.docker.worker.program` (the forked program side),
+:mod:`sandboxes.docker.worker.parent` (the clean parent the programs are forked from) and
+:mod:`sandboxes.docker.worker.call` (one running call, watched to its end)), it answers
 requests on its stdin with responses on its stdout, each a frame of a 4-byte big-endian length and a
 UTF-8 JSON object. The programs are forked from the clean parent, a second interpreter that imported
 numpy and sympy once and never holds a request or an answer. Why: a fresh ``python3`` pays for
@@ -43,16 +44,15 @@ import base64
 import json
 import os
 import select
-import selectors
 import signal
 import socket
 import sys
 import time
 
 from sandboxes.docker.worker import procs
+from sandboxes.docker.worker.call import Call, supervise, wait_exit
 from sandboxes.docker.worker.parent import CleanParent, ParentGone, serve
 from sandboxes.docker.worker.procs import (
-    REAPED,
     empty_dir,
     kill_others,
     oom_kills,
@@ -61,7 +61,6 @@ from sandboxes.docker.worker.procs import (
     stop_and_kill,
 )
 from sandboxes.docker.worker.program import (
-    _decode_status,
     _Spare,
     set_dumpable,
 )
@@ -195,7 +194,7 @@ class Worker:
         """
         pid, self.exiting = self.exiting, None
         if pid is not None and pid not in {spare.pid for spare in self.spares}:  # a pid reused by a spare
-            self._wait(pid)
+            wait_exit(pid)
 
     def _take_spare(self):
         """The oldest spare still waiting for its code, else one forked now."""
@@ -300,23 +299,23 @@ class Worker:
                 state_lost = True
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
-            call = _Call(None, in_w, out_r, err_r, self.session_sock.fileno())
+            call = Call(None, in_w, out_r, err_r, self.session_sock.fileno())
         else:
             for attempt in range(3):
                 spare = self._take_spare()
-                call = _Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r, spare.pidfd)
+                call = Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r, spare.pidfd)
                 try:
                     write_frame(spare.ctl_w, {"code": code})
                 except OSError:
                     pass  # the spare died; its exit status tells
                 os.close(spare.ctl_w)
-                outcome = self._supervise(call, stdin_data, timeout, cap, start + self.parent.waited - waited)
+                outcome = supervise(self, call, stdin_data, timeout, cap, start + self.parent.waited - waited)
                 if outcome.pop("started") or outcome["timed_out"] or attempt == 2:
                     break
                 # The spare died before the code ran (a signal an earlier program sent it was still in flight
                 # when it was handed the call): nothing of the call ran, so it runs in another spare.
         if self.config["stateful"]:
-            outcome = self._supervise(call, stdin_data, timeout, cap, start + self.parent.waited - waited)
+            outcome = supervise(self, call, stdin_data, timeout, cap, start + self.parent.waited - waited)
             outcome.pop("started")
         outcome["state_lost"] = state_lost or outcome.pop("session_died", False)
         oom_after = oom_kills()
@@ -325,172 +324,6 @@ class Worker:
         # a program killed the clean parent: the next call waits for a new one's imports, and its host for that
         outcome["parent_lost"] = self.parent.lost()
         return outcome
-
-    def _supervise(self, call, stdin_data, timeout, cap, start):
-        """Feed stdin, collect capped output, and wait for the call's end or its deadline.
-
-        The usual end is the exit of the program process, its status as the kernel reports it (``waitpid``; a
-        stateful session's status comes in a frame on its socket); then, when the pipes are at their end
-        (nothing left behind holds them), the answer goes out at once and the process
-        tree is cleaned up after it (:meth:`after_response`). Otherwise (timeout,
-        flood, a crash, something left behind holding the pipes) every process is
-        killed before answering.
-        """
-        pid, in_w, out_r, err_r = call.pid, call.in_w, call.out_r, call.err_r
-        sel = selectors.DefaultSelector()
-        bufs = {out_r: bytearray(), err_r: bytearray()}
-        owned = {in_w, out_r, err_r}  # descriptors this call must close
-        if pid is not None:
-            owned.add(call.status_fd)
-        sel.register(out_r, selectors.EVENT_READ)
-        sel.register(err_r, selectors.EVENT_READ)
-        sel.register(call.status_fd, selectors.EVENT_READ)
-        pending = memoryview(stdin_data)
-        if pending:
-            os.set_blocking(in_w, False)
-            sel.register(in_w, selectors.EVENT_WRITE)
-        else:
-            os.close(in_w)
-            owned.discard(in_w)
-            in_w = -1  # its number may be reused below
-        watch = call.pidfd
-        if watch is not None:
-            owned.add(watch)
-            sel.register(watch, selectors.EVENT_READ)
-        deadline = start + timeout
-        timed_out = exceeded = done = reaped = session_died = status_seen = exited = False
-        started = pid is None  #: a spare says "S" when it has its code, before the code runs
-        exit_code = None
-        while not done:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            poll = remaining if (watch is not None or pid is None) else min(remaining, 0.005)
-            for key, _ in sel.select(poll):
-                fd = key.fd
-                if fd == in_w:
-                    try:
-                        pending = pending[os.write(in_w, pending[:65536]) :]
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    except OSError:  # the program closed its stdin
-                        pending = memoryview(b"")
-                    if not pending:
-                        sel.unregister(in_w)
-                        os.close(in_w)
-                        owned.discard(in_w)
-                        in_w = -1
-                elif fd in bufs:
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        sel.unregister(fd)
-                        continue
-                    bufs[fd] += chunk
-                    if len(bufs[fd]) > cap:
-                        del bufs[fd][cap:]
-                        exceeded = done = True
-                elif fd == call.status_fd:
-                    if pid is None:
-                        frame = read_frame(fd)
-                        session_died = frame is None
-                        exit_code = None if frame is None else frame["exit_code"]
-                        status_seen = frame is not None
-                    else:
-                        try:
-                            started = os.read(fd, 1) == b"S"
-                        except OSError:
-                            pass
-                        sel.unregister(fd)  # its only message; the status is the process's exit
-                        if started:
-                            continue
-                        exited = True  # the spare died before its code came
-                    done = True
-                elif fd == watch:
-                    exited = done = True
-            if pid is not None and watch is None and not done:
-                try:
-                    wpid, status = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:  # reaped by the SIGCHLD handler
-                    wpid, status = pid, REAPED.pop(pid, 0)
-                if wpid == pid:
-                    exit_code, reaped, done, status_seen = _decode_status(status), True, True, started
-        for fd in (call.status_fd, watch):
-            if fd is not None and fd in sel.get_map():
-                sel.unregister(fd)
-        if pid is not None and exited and not reaped:
-            exit_code, reaped = self._wait(pid), True
-            status_seen = started
-        at_end = exiting = False
-        if not (timed_out or exceeded):
-            exceeded, at_end = self._drain(sel, bufs, cap, wait=0.0)
-        if not (status_seen and at_end and not exceeded):
-            # The slow path: kill the whole tree now, then collect what is left in the pipes.
-            if pid is None:
-                self.stop_session()
-                session_died = session_died or timed_out or exceeded
-            _, exiting = self.end_others(wait=False)  # all signalled at once: nothing of the call runs again
-            if pid is not None and not reaped and not (exiting and (timed_out or exceeded)):
-                code = self._wait(pid)
-                if not status_seen:
-                    exit_code = code
-            # What was written before the kill is in the pipes now; only processes still running could add to it.
-            more, _ = self._drain(sel, bufs, cap, wait=0.0 if exiting else 0.5)
-            exceeded = exceeded or more
-        elif pid is not None and not reaped:
-            self.finished = pid
-        if timed_out or exceeded:
-            exit_code = None
-        sel.close()
-        for fd in owned:
-            os.close(fd)
-        return {
-            "exit_code": exit_code,
-            "timed_out": timed_out,
-            "output_exceeded": exceeded,
-            "session_died": session_died,
-            "started": started,
-            "exiting": exiting,
-            "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
-            "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
-        }
-
-    def _wait(self, pid):
-        """Reap the program process; its exit status, negative for a signal."""
-        try:
-            _, status = os.waitpid(pid, 0)
-        except ChildProcessError:
-            if pid not in REAPED:
-                return None
-            status = REAPED.pop(pid)
-        return _decode_status(status)
-
-    def _drain(self, sel, bufs, cap, wait):
-        """Read what the output pipes still hold, until their end or ``wait`` seconds.
-
-        Returns (passed the cap, both pipes at their end).
-        """
-        exceeded = False
-        deadline = time.monotonic() + wait
-        while True:
-            if not any(k.fd in bufs for k in sel.get_map().values()):
-                return exceeded, True
-            progressed = False
-            for key, _ in sel.select(max(0.0, deadline - time.monotonic())):
-                try:
-                    chunk = os.read(key.fd, 65536)
-                except OSError:
-                    chunk = b""
-                progressed = True
-                if not chunk:
-                    sel.unregister(key.fd)
-                    continue
-                room = cap - len(bufs[key.fd])
-                if len(chunk) > room:
-                    exceeded = True
-                bufs[key.fd] += chunk[: max(room, 0)]
-            if not progressed and time.monotonic() >= deadline:
-                return exceeded, False
 
 
 def _not_run(kind, message):
@@ -513,14 +346,6 @@ def _waiting(fd):
         return bool(select.select([fd], [], [], 0)[0])
     except (OSError, ValueError):
         return False
-
-
-class _Call:
-    """The descriptors of one running call: stdin to feed, output to read, where the status comes."""
-
-    def __init__(self, pid, in_w, out_r, err_r, status_fd, pidfd=None):
-        self.pid, self.in_w, self.out_r, self.err_r, self.status_fd = pid, in_w, out_r, err_r, status_fd
-        self.pidfd = pidfd  #: the program process's pidfd, readable once it has exited
 
 
 def main():
