@@ -34,7 +34,9 @@ DEFAULT_ACQUIRE_TIMEOUT = 300.0
 
 #: The modules of the in-container worker, in load order (each imports only the standard library and the
 #: ones before it); the container runs the ``main()`` of the last, :data:`WORKER_MAIN`.
-WORKER_MODULES = tuple(f"sandboxes.docker.worker.{name}" for name in ("wire", "procs", "program", "parent", "call", "main"))
+WORKER_MODULES = tuple(
+    f"sandboxes.docker.worker.{name}" for name in ("wire", "procs", "program", "parent", "call", "main")
+)
 WORKER_MAIN = WORKER_MODULES[-1]
 #: The loader: the container holds no project code, so the worker's modules are made here under their own
 #: names (with empty parent packages), then the worker's main runs.
