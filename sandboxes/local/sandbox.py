@@ -14,8 +14,9 @@ Weaker than the docker backend (same kernel), but it needs nothing but what
   binds of the system and of the interpreter's prefix, the work dir at
   ``/sandbox``, ``--die-with-parent``. No working bwrap is an error naming the
   fixes, unless the user opted in to unisolated runs by name;
-- sets ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE`` and
-  ``RLIMIT_CORE=0`` in the child, starts it in a new session and kills its process
+- sets ``RLIMIT_CPU``, ``RLIMIT_AS``, ``RLIMIT_NPROC``, ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``,
+  ``RLIMIT_MSGQUEUE=0`` and ``RLIMIT_CORE=0`` in the child, refuses the system calls that would keep
+  memory outside its address space (:mod:`sandboxes.local.seccomp`), starts it in a new session and kills its process
   group at the wall-clock timeout, and in a ``finally`` when the call is cancelled
   (a sample's time limit), so a cancelled call leaves nothing running;
 - when this process is root, runs the program as an unprivileged uid reserved for
@@ -66,6 +67,7 @@ from typing import Any
 
 from sandboxes.base import SANDBOX_ERROR, ExecResult, Sandbox
 from sandboxes.errors import classify
+from sandboxes.local import seccomp
 from sandboxes.local.isolation import BWRAP_WORKDIR, bwrap_argv, find_bwrap, interpreter
 from sandboxes.local.policy import LocalConfig, choose_isolation, prlimit_argv, scrubbed_env, set_rlimits
 from sandboxes.local.procs import NamespaceWatch, _text, run_fenced
@@ -114,6 +116,7 @@ class LocalSandbox(Sandbox):
         (self._base / OWNER_FILE).write_text(json.dumps(owner_labels()))
         self.workdir = self._base / "work"
         self._tmpdir = self._base / "tmp"
+        self._shmdir = self._base / "shm"  #: ``/dev/shm`` under bwrap
         self._make_dirs()
         if self._lease is not None:
             kill_uid(self._lease.uid)  # leftovers of a crashed earlier owner of this uid
@@ -129,9 +132,13 @@ class LocalSandbox(Sandbox):
         """The uid programs run as, or None when they run as this process's (non-root) user."""
         return self._lease.uid if self._lease else None
 
+    def _dirs(self) -> tuple[Path, ...]:
+        """The directories a program writes to: the work dir, /tmp and, under bwrap, /dev/shm."""
+        return (self.workdir, self._tmpdir, self._shmdir) if self.isolation == "bwrap" else (self.workdir, self._tmpdir)
+
     def _make_dirs(self) -> None:
         """Create the work dir and /tmp, or heal them: a program may have deleted or chmod-ed them."""
-        for d in (self.workdir, self._tmpdir):
+        for d in self._dirs():
             d.mkdir(mode=0o700, exist_ok=True)
             os.chmod(d, 0o700)
             if self._lease is not None:
@@ -152,8 +159,9 @@ class LocalSandbox(Sandbox):
             extra=self.config.extra_env,
         )
 
-    def _wrap(self, argv: list[str], chdir: str, namespace: NamespaceWatch) -> list[str]:
-        """``argv`` inside bwrap, dropping to the sandbox uid, its status reported to ``namespace``."""
+    def _wrap(self, argv: list[str], chdir: str, namespace: NamespaceWatch, filter_fd: int | None) -> list[str]:
+        """``argv`` inside bwrap, dropping to the sandbox uid, its status reported to ``namespace``, its system
+        calls filtered by what bwrap reads from ``filter_fd``."""
         assert self.choice.bwrap is not None
         bw = bwrap_argv(
             self.choice.bwrap,
@@ -164,6 +172,8 @@ class LocalSandbox(Sandbox):
             self.uid,
             namespace.argv(),
             report_fd=namespace.report_w,
+            seccomp_fd=filter_fd,
+            shm_dir=self._shmdir,
         )
         return bw + argv
 
@@ -258,12 +268,16 @@ class LocalSandbox(Sandbox):
         proc_env.update(env or {})
         self._unproven_runs += 1
         namespace = NamespaceWatch() if self.isolation == "bwrap" else None
+        filter_fd = seccomp.filter_fd() if namespace is not None else None
         try:
-            full = self._wrap(argv, chdir, namespace) if namespace is not None else argv
-            return await self._run(full, data, timeout, cpu, nproc, proc_env, workdir, namespace)
+            full = self._wrap(argv, chdir, namespace, filter_fd) if namespace is not None else argv
+            fds = () if filter_fd is None else (filter_fd,)
+            return await self._run(full, data, timeout, cpu, nproc, proc_env, workdir, namespace, fds)
         finally:
             if namespace is not None:
                 namespace.close()
+            if filter_fd is not None:
+                os.close(filter_fd)
 
     async def _run(
         self,
@@ -275,6 +289,7 @@ class LocalSandbox(Sandbox):
         env: dict[str, str],
         cwd: Path,
         namespace: NamespaceWatch | None,
+        pass_fds: tuple[int, ...],
     ) -> ExecResult:
         start = time.monotonic()
         self._make_dirs()
@@ -291,11 +306,12 @@ class LocalSandbox(Sandbox):
                 timeout,
                 cwd=cwd,
                 env=env,
-                preexec=None if limits else lambda: set_rlimits(self.config, cpu, nproc),
+                preexec=None if limits else lambda: set_rlimits(self.config, cpu, nproc, filter_syscalls=not namespace),
                 cap=cap,
                 uid=self.uid,
                 user_kwargs=self._user_kwargs(),
                 namespace=namespace,
+                pass_fds=pass_fds,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             return ExecResult(
@@ -387,12 +403,12 @@ class LocalSandbox(Sandbox):
         Directories with anything in them are emptied in a thread too.
         """
         await self._sweep()
-        if not all(_is_empty_dir(d) for d in (self.workdir, self._tmpdir)):
+        if not all(_is_empty_dir(d) for d in self._dirs()):
             await asyncio.to_thread(self._empty_dirs)
         self._make_dirs()
 
     def _empty_dirs(self) -> None:
-        for d in (self.workdir, self._tmpdir):
+        for d in self._dirs():
             shutil.rmtree(d, ignore_errors=True)
 
     async def _sweep(self) -> None:
