@@ -312,3 +312,51 @@ async def test_a_later_rollout_finds_nothing_of_an_earlier_call_in_its_memory(ba
         assert (await _run_ok(sandbox, MEMORY_SCAN.format(reversed=marker[::-1]))).strip() == "0"
     finally:
         await backends[backend].release(sandbox)
+
+
+#: What a stateful session's program can write to every descriptor it holds (the session's socket among them):
+#: a frame that says exit 0, a frame that is not JSON, and a length no frame has.
+SESSION_FORGERIES = {
+    "a_zero_status": (
+        "import json, os, struct, sys\nbody = json.dumps({'exit_code': 0}).encode()\n"
+        "for fd in range(3, 64):\n    try:\n        os.write(fd, struct.pack('>I', len(body)) + body)\n"
+        "    except OSError:\n        pass\nsys.exit(152)",
+        (152, "NonZeroExit"),
+    ),
+    "a_frame_that_is_not_json": (
+        "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'\\x00\\x00\\x00\\x02{x')\n"
+        "    except OSError:\n        pass",
+        (0, None),
+    ),
+    "a_length_no_frame_has": (
+        "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'\\xff\\xff\\xff\\xff')\n"
+        "    except OSError:\n        pass\nprint('sent')",
+        (0, None),
+    ),
+}
+
+
+@pytest.mark.docker
+@pytest.mark.xfail(
+    strict=True,
+    reason="a stateful session still reports its status over its own socket, which its program holds "
+    "(the fix belongs to sandboxes/docker/worker/: the session ends each call with its status, a fork carries "
+    "the namespace on)",
+)
+async def test_a_stateful_sessions_status_cannot_be_forged() -> None:
+    """A stateful call's status is the kernel's too: what the program writes to its session's descriptors is not
+    read as a status, never makes a sandbox failure or a late answer, and the state is kept (or said lost)."""
+    from sandboxes.docker.sandbox import DockerSandbox
+
+    sandbox = await DockerSandbox(stateful=True).start()
+    try:
+        for name, (code, (exit_code, kind)) in SESSION_FORGERIES.items():
+            assert (await sandbox.run_python("kept = 7", timeout=10)).ok
+            result = await sandbox.run_python(code, timeout=3)
+            seen = (result.exit_code, result.error_kind, result.sandbox_failed, result.extra.get("state_lost"))
+            assert seen == (exit_code, kind, False, False), (name, result)
+            after = await sandbox.run_python("print(kept)", timeout=10)
+            assert (after.ok, after.stdout, after.duration < 3) == (True, "7\n", True), (name, after)
+            await sandbox.reset()
+    finally:
+        await sandbox.close()
