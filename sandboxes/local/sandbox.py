@@ -306,7 +306,9 @@ class LocalSandbox(Sandbox):
                 timeout,
                 cwd=cwd,
                 env=env,
-                preexec=None if limits else lambda: set_rlimits(self.config, cpu, nproc, filter_syscalls=not namespace),
+                preexec=None
+                if limits
+                else lambda: set_rlimits(self.config, cpu, nproc, filter_syscalls=namespace is None),
                 cap=cap,
                 uid=self.uid,
                 user_kwargs=self._user_kwargs(),
