@@ -165,10 +165,10 @@ HEADER = "sandbox saar batch pool  wall_s traj/s  gens/s calls/s ms/gen   ms/cal
 
 
 def _items(n: int) -> list[Any]:
-    from trainers.core.data import TrainItem
+    from harness.benchmarks.problem import Problem
 
     return [
-        TrainItem(
+        Problem(
             f"sq-{i}", f"What is the sum of the squares 1..{20 + i} modulo 1000? Answer in \\boxed{{}}.", "0", "math"
         )
         for i in range(n)
@@ -179,10 +179,12 @@ async def _batch(
     executor: Any, engine: StandinEngine, tokenizer: Any, n: int, max_length: int, logprobs: bool = False
 ) -> int:
     """Run ``n`` trajectories at once, as OpenRLHF runs a rollout batch; the tool calls they made."""
+    from trainers.core.data import label
+
     params = SimpleNamespace(max_tokens=1024, logprobs=1 if logprobs else None, temperature=1.0, seed=None)
     items = _items(n)
     results = await asyncio.gather(
-        *(executor.execute(item.prompt, item.label(), params, max_length, tokenizer, engine) for item in items)
+        *(executor.execute(item.prompt, label(item), params, max_length, tokenizer, engine) for item in items)
     )
     return int(sum(r["extra_logs"]["tool_calls"] for r in results))
 

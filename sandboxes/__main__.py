@@ -16,13 +16,14 @@ import logging
 import sys
 from pathlib import Path
 
+from sandboxes import COMMANDS
 from sandboxes.backends import BACKEND_NAMES, get_backend
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m sandboxes", description="Run programs in a CLEANER sandbox.")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run Python files one after the other in one sandbox, one JSON line each")
+    run = sub.add_parser("run", help=COMMANDS["run"])
     run.add_argument("files", nargs="+", metavar="FILE", help="Python source files")
     run.add_argument("--backend", choices=BACKEND_NAMES, default="auto", help="sandbox backend (default: auto)")
     run.add_argument("--timeout", type=float, default=10.0, help="seconds per file (default: 10)")

@@ -46,9 +46,10 @@ from needs import import_or_skip
 import_or_skip("vllm")
 import_or_skip("openrlhf.utils.agent")
 
+from harness.benchmarks.problem import Problem  # noqa: E402
 from harness.benchmarks.scoring import strict_reward  # noqa: E402
 from trainers.core.config import ExecutorConfig  # noqa: E402
-from trainers.core.data import TrainItem, load_items  # noqa: E402
+from trainers.core.data import from_label, label, load_items  # noqa: E402
 from trainers.core.reward import compute_reward  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -93,7 +94,7 @@ ENGINE_KWARGS = {
 PREFILL_TOL = 0.05
 
 
-def _items() -> list[TrainItem]:
+def _items() -> list[Problem]:
     by_id = {i.id: i for i in load_items(ROOT / "trainers/data/tools-rl.jsonl")}
     return [by_id[p] for p in PROBLEMS]
 
@@ -107,17 +108,17 @@ BAD_LABEL = "not a label"
 
 def _inject_groups() -> list[tuple[str, str]]:
     item = _items()[0]
-    return [(item.prompt, item.label()), (item.prompt, BAD_LABEL)]
+    return [(item.prompt, label(item)), (item.prompt, BAD_LABEL)]
 
 
 def _arms() -> dict[bool | str, list[tuple[str, str]]]:
     """Each arm's groups, in the order they are submitted: a (prompt, label) per ``generate_responses`` call."""
     items = _items()
     arms: dict[bool | str, list[tuple[str, str]]] = {
-        saar: [(item.prompt, item.label()) for item in items] for saar in (True, False)
+        saar: [(item.prompt, label(item)) for item in items] for saar in (True, False)
     }
     arms[INJECT] = _inject_groups()
-    arms[CORRECT] = [(item.prompt, item.label()) for item in items[:2]]
+    arms[CORRECT] = [(item.prompt, label(item)) for item in items[:2]]
     return arms
 
 
@@ -416,7 +417,7 @@ def test_reward_scores_and_logs_are_right(runs, tokenizer):
 
     for saar, r in _all(runs):
         rec, logs = r["test_record"], r["extra_logs"]
-        item = TrainItem.from_label(r["label"])
+        item = from_label(r["label"])
         assert item.id in items
         outcome = asyncio.run(rescore(item, rec["final_text"]))
         assert r["reward"] == outcome.reward  # no overlong penalty configured

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -51,11 +52,39 @@ def test_a_file_without_its_section_or_a_missing_page_is_an_error(tmp_path: Path
         generate.stale(tmp_path, only=["README.md"])
 
 
+def _install(source: Path, into: Path, editable: bool) -> tuple[list[str], dict[str, str]]:
+    """Install ``source`` as a user would; the command line that runs ``inspect`` there, and its environment.
+
+    ``pip install .``: into a site-packages of its own, before the checkout's editable install on the path.
+    ``pip install -e .``: into a virtual environment over this one's packages, where its finder comes before the
+    checkout's editable install (``__editable__*.pth`` sorts before ``_parent.pth``) and the checkout is not on the
+    path."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if not editable:
+        site = into / "site-packages"
+        pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site)]
+        subprocess.run([*pip, str(source)], check=True, capture_output=True, timeout=300)
+        cmd = [str(INSPECT)] if INSPECT.exists() else [sys.executable, "-m", "inspect_ai"]
+        return cmd, {**env, "PYTHONPATH": str(site)}
+    venv = into / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    (site,) = venv.glob("lib/python*/site-packages")  # this environment's packages (and its pip) beneath the copy's
+    (site / "_parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(source)]
+    subprocess.run(pip, check=True, capture_output=True, timeout=300, env=env)
+    where = [python, "-c", "import cleaner; print(cleaner.__file__)"]
+    found = subprocess.run(where, cwd=into, env=env, capture_output=True, text=True, check=True).stdout
+    assert Path(found.strip()).is_relative_to(source), found  # the copy is what runs, not the checkout
+    return [python, "-m", "inspect_ai"], env
+
+
 @pytest.mark.slow
-def test_an_installed_harness_runs_a_task_by_name_from_any_directory(tmp_path: Path) -> None:
-    """``pip install`` (here into a site-packages of its own, before the checkout's editable install), then
-    ``inspect eval cleaner/aime24`` from a directory with no tasks/: Inspect finds the task by the entry point."""
-    source, site = tmp_path / "src", tmp_path / "site-packages"
+@pytest.mark.parametrize("editable", [False, True], ids=["pip-install", "pip-install-editable"])
+def test_an_installed_harness_runs_a_task_by_name_from_any_directory(tmp_path: Path, editable: bool) -> None:
+    """``pip install .`` or ``pip install -e .`` of a copy of the checkout, then ``inspect eval cleaner/aime24`` from
+    a directory with no tasks/: Inspect finds the task by the entry point and names it with the package's prefix."""
+    source = tmp_path / "src"
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "pyproject.toml", "README.md", "cleaner", "harness",
          "sandboxes", "trainers"],
@@ -64,12 +93,9 @@ def test_an_installed_harness_runs_a_task_by_name_from_any_directory(tmp_path: P
     for name in files:
         (source / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / name, source / name)
-    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site)]
-    subprocess.run([*pip, str(source)], check=True, capture_output=True, timeout=300)
+    cmd, env = _install(source, tmp_path, editable)
     run = tmp_path / "elsewhere"
     run.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(site)}
-    cmd = [str(INSPECT)] if INSPECT.exists() else [sys.executable, "-m", "inspect_ai"]
     cmd += ["eval", "cleaner/aime24", "--model", "replay/aime24.yaml", "-T", "data=fixture", "-T", "sandbox=local"]
     cmd += ["--limit", "1", "--display", "none", "--log-dir", str(run / "logs")]
     done = subprocess.run(cmd, cwd=run, env=env, capture_output=True, text=True, timeout=300)

@@ -5,26 +5,36 @@ from __future__ import annotations
 import pytest
 
 from harness.benchmarks.datasets import load_aime24, load_livecodebench
-from harness.benchmarks.generators import KINDS, MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
+from harness.benchmarks.generators import (
+    GENERATORS,
+    MATH_GENERATORS,
+    answer_of,
+    generate,
+    generator_of,
+    program_of,
+    question_of,
+    write_aime_jsonl,
+    write_lcb_jsonl,
+)
 from harness.benchmarks.lcb_cases import problem_tests
 
 
 def test_same_seed_same_problems_other_seed_other_problems():
     a, b, c = generate(30, seed=5), generate(30, seed=5), generate(30, seed=6)
     assert a == b
-    assert [p.question for p in a] != [p.question for p in c]
-    assert {p.kind for p in generate(200, seed=1)} == set(KINDS)
+    assert [question_of(p) for p in a] != [question_of(p) for p in c]
+    assert {generator_of(p) for p in generate(200, seed=1)} == set(GENERATORS)
 
 
 def test_math_answers_are_aime_answers():
-    for p in generate(300, seed=2, kinds=MATH_KINDS):
-        assert 0 <= int(p.answer) <= 999, p
+    for p in generate(300, seed=2, generators=MATH_GENERATORS):
+        assert 0 <= int(answer_of(p)) <= 999, p
 
 
 def test_bad_arguments_are_named():
-    with pytest.raises(ValueError, match="unknown or no kinds"):
-        generate(3, seed=0, kinds=("geometry",))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="2 weights for 5 kinds"):
+    with pytest.raises(ValueError, match="unknown or no generators"):
+        generate(3, seed=0, generators=("geometry",))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="2 weights for 5 generators"):
         generate(3, seed=0, weights=[1.0, 2.0])
 
 
@@ -36,10 +46,10 @@ async def test_reference_programs_print_the_answer_in_the_real_sandbox():
     box = await backend.acquire()
     try:
         for p in problems:
-            for test in p.tests or ({"input": "", "output": p.answer + "\n"},):
-                result = await box.run_python(p.code, stdin=test["input"], timeout=20)
+            for test in p.tests or ({"input": "", "output": answer_of(p) + "\n"},):
+                result = await box.run_python(program_of(p), stdin=test["input"], timeout=20)
                 assert result.ok, (p.id, result.stderr)
-                assert result.stdout == test["output"], (p.id, p.question)
+                assert result.stdout == test["output"], (p.id, question_of(p))
     finally:
         await backend.release(box)
         await backend.shutdown()
@@ -47,12 +57,12 @@ async def test_reference_programs_print_the_answer_in_the_real_sandbox():
 
 def test_problems_load_through_the_benchmark_loaders(tmp_path):
     problems = generate(40, seed=3)
-    math = [p for p in problems if not p.is_code]
-    code = [p for p in problems if p.is_code]
+    math = [p for p in problems if p.kind != "code"]
+    code = [p for p in problems if p.kind == "code"]
     loaded = load_aime24(write_aime_jsonl(problems, tmp_path / "math.jsonl"))
-    assert [(x.id, x.target) for x in loaded] == [(p.id, p.answer) for p in math]
-    assert loaded[0].prompt == math[0].prompt()
+    assert [(x.id, x.target) for x in loaded] == [(p.id, answer_of(p)) for p in math]
+    assert loaded[0].prompt == math[0].prompt
     lcb = load_livecodebench(write_lcb_jsonl(problems, tmp_path / "code.jsonl"))
     assert [x.id for x in lcb] == [p.id for p in code]
     assert problem_tests(lcb[0].metadata) == list(code[0].tests)
-    assert lcb[0].prompt == code[0].prompt()
+    assert lcb[0].prompt == code[0].prompt

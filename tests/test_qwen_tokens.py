@@ -208,16 +208,17 @@ class OneSandbox:
 
 
 async def run_executor(tokenizer, turns, sandbox, *, max_length=8192, max_tokens=None, **config):
-    from trainers.core.data import TrainItem
+    from harness.benchmarks.problem import Problem
+    from trainers.core.data import label
     from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig
 
     config.setdefault("saar", {"enabled": True, "prob": 1.0})
     backend = OneSandbox(sandbox)
     executor = AgentExecutor(ExecutorConfig.from_json(json.dumps({"seed": 0, **config})), backend=backend)
     engine = QwenEngine(tokenizer, turns)
-    item = TrainItem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
+    item = Problem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
     params = SimpleNamespace(max_tokens=max_tokens, logprobs=None, temperature=1.0)  # stands in for vllm's
-    result, traj = await executor.run(item.prompt, item.label(), params, max_length, tokenizer, engine)
+    result, traj = await executor.run(item.prompt, label(item), params, max_length, tokenizer, engine)
     assert backend.leases == backend.released  # every leased sandbox went back
     return result, traj, engine
 

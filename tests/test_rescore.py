@@ -14,10 +14,11 @@ from needs import import_or_skip
 import_or_skip("openrlhf.utils.agent")
 import_or_skip("vllm")
 
+from harness.benchmarks.problem import Problem  # noqa: E402
 from harness.core.protocol import serialize_call  # noqa: E402
 from harness.core.saar import SaarConfig  # noqa: E402
 from trainers.core import _compat  # noqa: E402
-from trainers.core.data import TrainItem  # noqa: E402
+from trainers.core.data import label  # noqa: E402
 from trainers.core.rescore import GAP_KEYS, SampleLog, gap_summary, origins, rollout_log_probs  # noqa: E402
 from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig  # noqa: E402
 
@@ -87,14 +88,14 @@ def _params(logprobs=1, temperature=1.0, top_p=1.0):
 
 
 def _item():
-    return TrainItem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", str(A * B), "math")
+    return Problem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", str(A * B), "math")
 
 
 async def _run(tokenizer, texts, saar=True, params=None):
     executor = AgentExecutor(ExecutorConfig(saar=SaarConfig(enabled=saar), seed=0), backend=_Backend())
     engine = ScoringEngine(tokenizer, texts)
     item = _item()
-    result = await executor.execute(item.prompt, item.label(), params or _params(), 4096, tokenizer, engine)
+    result = await executor.execute(item.prompt, label(item), params or _params(), 4096, tokenizer, engine)
     assert result["extra_logs"]["rollout_failed"] == 0.0, executor.ledger.kinds
     return result, engine
 

@@ -17,13 +17,14 @@ import_or_skip("openrlhf.utils.agent")
 
 from openrlhf.utils.agent import AgentExecutorBase  # noqa: E402
 
+from harness.benchmarks.problem import Problem  # noqa: E402
 from harness.core.protocol import serialize_call  # noqa: E402
 from harness.core.rollout import RolloutConfig, rollout  # noqa: E402
 from harness.core.saar import SaarConfig  # noqa: E402
 from harness.core.toolenv import PROJECT  # noqa: E402
 from sandboxes.base import Sandbox  # noqa: E402
 from trainers.core import _compat  # noqa: E402
-from trainers.core.data import TrainItem  # noqa: E402
+from trainers.core.data import label  # noqa: E402
 from trainers.core.tokens import TemplateError, assemble  # noqa: E402
 from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig  # noqa: E402
 
@@ -80,8 +81,8 @@ def tokenizer():
     return _compat.load_tokenizer()
 
 
-def _item() -> TrainItem:
-    return TrainItem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
+def _item() -> Problem:
+    return Problem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
 
 
 def _params():
@@ -94,7 +95,7 @@ async def _run(tokenizer, texts, prob=1.0, enabled=True):
     executor = AgentExecutor(cfg, backend=backend)
     engine = ScriptedEngine(tokenizer, texts)
     item = _item()
-    result, traj = await executor.run(item.prompt, item.label(), _params(), 4096, tokenizer, engine)
+    result, traj = await executor.run(item.prompt, label(item), _params(), 4096, tokenizer, engine)
     assert backend.released == backend.acquired  # the executor leases a sandbox per program run
     return result, traj, engine
 
@@ -222,7 +223,7 @@ async def test_logprobs_with_saar_and_temperature_other_than_1_is_a_clear_error(
     executor = AgentExecutor(ExecutorConfig(saar=SaarConfig(enabled=True)), backend=_Backend())
     params = SimpleNamespace(max_tokens=None, logprobs=1, temperature=0.7)
     with pytest.raises(ValueError, match="is_correction_level with SAAR on.*temperature 1.0"):
-        await executor.execute("p", _item().label(), params, 4096, tokenizer, ScriptedEngine(tokenizer, [FINAL]))
+        await executor.execute("p", label(_item()), params, 4096, tokenizer, ScriptedEngine(tokenizer, [FINAL]))
 
 
 def test_config_rejects_unknown_keys():
@@ -279,12 +280,12 @@ def test_non_prefix_stable_template_is_reported(tokenizer):
 async def test_a_code_items_final_python_block_is_its_answer_not_a_tool_call(tokenizer):
     """The parse mode comes from the problem kind (harness.core.problems), in training too."""
     answer = "Read the number and print it.\n```python\nprint(input())\n```"
-    item = TrainItem(
+    item = Problem(
         "echo-1", "Print the input.", "", "code", tests=[{"input": "3\n", "output": "3\n", "testtype": "stdin"}]
     )
     executor = AgentExecutor(ExecutorConfig(saar=SaarConfig(enabled=True, prob=1.0), seed=0), backend=_Backend())
     engine = ScriptedEngine(tokenizer, [answer] * 5)
-    result, traj = await executor.run(item.prompt, item.label(), _params(), 4096, tokenizer, engine)
+    result, traj = await executor.run(item.prompt, label(item), _params(), 4096, tokenizer, engine)
     assert traj.tool_calls == 0 and traj.stop_reason == "answer" and traj.events == []
     assert result["reward"] == 1.0
 
@@ -297,7 +298,7 @@ async def test_fractional_saar_probability_draws_per_trajectory(tokenizer):
     draws = []
     for _ in range(12):
         engine = ScriptedEngine(tokenizer, [T1, SHALLOW_REGEN, FINAL])
-        result, traj = await executor.run(item.prompt, item.label(), _params(), 4096, tokenizer, engine)
+        result, traj = await executor.run(item.prompt, label(item), _params(), 4096, tokenizer, engine)
         draws.append(traj.saar_on)
         assert result["extra_logs"]["saar_on"] == float(traj.saar_on)
         assert traj.failures_kept == (0 if traj.saar_on else 1)
@@ -323,7 +324,7 @@ async def test_the_reference_span_ends_with_the_trainers_tokenizers_end_of_turn(
     cfg = ExecutorConfig(saar=SaarConfig(enabled=True, similarity="call"), tool_env="reference", seed=0)
     item = _item()
     _, traj = await AgentExecutor(cfg, backend=_Backend()).run(
-        item.prompt, item.label(), _params(), 4096, tok, ScriptedEngine(tok, texts)
+        item.prompt, label(item), _params(), 4096, tok, ScriptedEngine(tok, texts)
     )
     expected = difflib.SequenceMatcher(None, first + "<|endoftext|>", regen + "<|endoftext|>").ratio()
     assert [(e.action, e.similarity) for e in traj.events] == [("shallow", pytest.approx(expected))]

@@ -17,14 +17,14 @@ from needs import import_or_skip
 import_or_skip("openrlhf.utils.agent")
 import_or_skip("trl")
 
+from harness.benchmarks.problem import Problem  # noqa: E402
 from harness.core.protocol import serialize_call  # noqa: E402
 from harness.core.rollout import RolloutConfig  # noqa: E402
 from harness.core.saar import SaarConfig  # noqa: E402
 from harness.core.toolenv import PROJECT  # noqa: E402
 from sandboxes.base import ExecResult, Sandbox, SandboxError  # noqa: E402
-from trainers.core import _compat  # noqa: E402
+from trainers.core import _compat, data  # noqa: E402
 from trainers.core.config import CpuConfig  # noqa: E402
-from trainers.core.data import TrainItem  # noqa: E402
 from trainers.core.faults import RolloutsKeepFailing  # noqa: E402
 from trainers.cpu.rollouts import run_one  # noqa: E402
 from trainers.openrlhf_plugin.executor import AgentExecutor, ExecutorConfig  # noqa: E402
@@ -78,8 +78,8 @@ def tokenizer():
     return _compat.load_tokenizer()
 
 
-def _item() -> TrainItem:
-    return TrainItem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
+def _item() -> Problem:
+    return Problem("mul-1", f"What is {A} * {B}? Put the answer in \\boxed{{}}.", ANSWER, "math")
 
 
 def _ids(tokenizer, text: str) -> list[int]:
@@ -106,7 +106,7 @@ async def _execute(tokenizer, failures: int, retries: int = 2):
     )
     item = _item()
     params = SimpleNamespace(max_tokens=None, logprobs=None, temperature=1.0)
-    result, traj = await executor.run(item.prompt, item.label(), params, 4096, tokenizer, _Engine(tokenizer))
+    result, traj = await executor.run(item.prompt, data.label(item), params, 4096, tokenizer, _Engine(tokenizer))
     return result, traj, backend
 
 
@@ -282,7 +282,7 @@ def _contained_executor(failures: int = 0, **config) -> AgentExecutor:
 async def _execute_one(executor, tokenizer, engine, label=None):
     item = _item()
     params = SimpleNamespace(max_tokens=None, logprobs=None, temperature=1.0)
-    label = item.label() if label is None else label
+    label = data.label(item) if label is None else label
     return await executor.execute(item.prompt, label, params, 4096, tokenizer, engine)
 
 
@@ -320,7 +320,7 @@ async def test_settings_of_the_job_are_not_contained(tokenizer):
     # rollout log-probs with SAAR on need plain sampling (trainers.core.rescore): a setting of the job
     params = SimpleNamespace(max_tokens=None, logprobs=1, temperature=0.9)
     with pytest.raises(ValueError, match="temperature 1.0"):
-        await executor.execute("p", _item().label(), params, 4096, tokenizer, _Engine(tokenizer))
+        await executor.execute("p", data.label(_item()), params, 4096, tokenizer, _Engine(tokenizer))
     assert not executor.ledger.kinds
 
 

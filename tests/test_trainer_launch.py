@@ -9,7 +9,7 @@ import pytest
 from needs import import_or_skip
 
 from trainers.__main__ import main
-from trainers.core.data import DataError, TrainItem, bignum_items, export_openrlhf, item_from_row, load_items
+from trainers.core.data import DataError, bignum_items, export_openrlhf, from_label, item_from_row, load_items
 from trainers.core.recipes import RECIPES, RecipeError, load_recipe
 
 import_or_skip("openrlhf")
@@ -150,7 +150,7 @@ def test_open_agentrl_rows_map_to_items(tmp_path):
         item_from_row({"prompt": [{"role": "user", "content": "q"}]}, 3)
     out = export_openrlhf([m, c], tmp_path / "p.jsonl")
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    assert TrainItem.from_label(rows[1]["label"]) == c and rows[0]["prompt"] == m.prompt
+    assert from_label(rows[1]["label"]) == c and rows[0]["prompt"] == m.prompt
 
 
 def test_bignum_set_is_shipped_and_exact():

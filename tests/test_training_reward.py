@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from trainers.core.data import TrainItem
+from harness.benchmarks.problem import Problem
 from trainers.core.reward import compute_reward
 
 
@@ -24,7 +24,7 @@ def fenced(code: str) -> str:
 
 # LeetCode-style, as the LCB fixture's functional problem: the official grader calls Solution.addToEvery,
 # the reference runs the program as a script with the test's input on stdin.
-LEETCODE = TrainItem(
+LEETCODE = Problem(
     "leetcode-add",
     "Add k to every element.",
     kind="code",
@@ -41,7 +41,7 @@ LEETCODE = TrainItem(
 SOLUTION = "class Solution:\n    def addToEvery(self, nums, k):\n        return [x + k for x in nums]\n"
 
 # stdin: 2.5 for an expected 2.500000 passes the official grader's numeric comparison, not the exact one
-MEAN = TrainItem(
+MEAN = Problem(
     "mean",
     "Print the mean.",
     kind="code",

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 from tiny_models import tiny_lora_model
 
-from harness.benchmarks.generators import GeneratedProblem, generate
+from harness.benchmarks.generators import generate, generated_problem
 from harness.core import protocol
 from harness.core.messages import Generation, Message
 from harness.core.metrics import Regenerations, is_repeat
@@ -36,7 +36,7 @@ from trainers.warmup.iterate import (
 from trainers.warmup.selection import Recorder, Sampled, differs, select
 from trainers.warmup.sft import Example, FitSettings, batch_step, fit, frozen_weights_in_bf16
 
-PROBLEM = GeneratedProblem("t-0-0000-modular", "modular", "What is 7 * 6?", "42", "print(7 * 6)")
+PROBLEM = generated_problem("t-0-0000-modular", "modular", "What is 7 * 6?", "42", "print(7 * 6)")
 BROKEN = "print(undefined_name)"
 RIGHT = "print(7 * 6)"
 
@@ -69,13 +69,12 @@ async def box():
 
 async def sampled(box, *turns: str, saar: bool, answer: str = "42", seed: int = 11) -> Sampled:
     """One trajectory of ``turns`` through the rollout core and the sandbox, with the outcome the text implies."""
-    from trainers.core.data import item_from_problem
     from trainers.core.reward import compute_reward
 
     config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=saar, max_retries=2), tool_env=PROJECT)
     recorder = Recorder(Script(*turns), config)
-    traj = await rollout([Message("user", PROBLEM.prompt())], recorder, box, config, seed=seed)
-    outcome = await compute_reward(item_from_problem(PROBLEM), traj.final_text, box)
+    traj = await rollout([Message("user", PROBLEM.prompt)], recorder, box, config, seed=seed)
+    outcome = await compute_reward(PROBLEM, traj.final_text, box)
     return Sampled(PROBLEM, traj, outcome.correct, recorder.by_seed)
 
 
@@ -191,7 +190,7 @@ async def test_distillation_puts_the_generators_program_after_each_failure_saar_
     config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2), tool_env=PROJECT)
     stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
     purified = await sampled(box, call(BROKEN), call(RIGHT), "\\boxed{42}", saar=True)
-    defective = GeneratedProblem("t-0-0001-modular", "modular", "What is 7 * 6?", "42", "print(seven * 6)")
+    defective = generated_problem("t-0-0001-modular", "modular", "What is 7 * 6?", "42", "print(seven * 6)")
     backend = get_backend("local")
     try:
         found = await reference_corrections(failure_points([stuck, purified]), backend, lambda s: config, 2)
@@ -219,7 +218,7 @@ async def test_distillation_with_finish_goes_on_to_the_programs_output_and_the_a
 
     config = rollout_config("math", max_turns=4, saar=SaarConfig(enabled=True, max_retries=2), tool_env=PROJECT)
     stuck = await sampled(box, call(BROKEN), call(BROKEN), call("print(also_undefined)"), "\\boxed{41}", saar=True)
-    wrong = GeneratedProblem("t-0-0002-modular", "modular", "What is 7 * 6?", "42", "print(7 * 7)")
+    wrong = generated_problem("t-0-0002-modular", "modular", "What is 7 * 6?", "42", "print(7 * 7)")
     backend = get_backend("local")
     try:
         [finished] = await reference_corrections(failure_points([stuck]), backend, lambda s: config, 2, finish=True)

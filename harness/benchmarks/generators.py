@@ -1,7 +1,7 @@
 """Seeded problem generators with checkable answers, for warm-up SFT, held-out measurement and the demo.
 
-Each generator draws one problem from a ``random.Random`` and returns it with a
-reference program that solves it. Five kinds:
+Each generator draws one :class:`~harness.benchmarks.problem.Problem` (``math``, or ``code`` for ``stdin``) from a
+``random.Random``, with a reference program that solves it in its metadata (:func:`program_of`). Five generators:
 
 * ``bignum``: arithmetic on 7-15 digit numbers (digit sums, last digits, remainders of
   products and powers), which a 135M model cannot do in its head;
@@ -28,70 +28,82 @@ import json
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from harness.benchmarks.problem import Problem
 from harness.core import prompts
 
-Kind = Literal["bignum", "modular", "counting", "aime", "stdin"]
-KINDS: tuple[Kind, ...] = ("bignum", "modular", "counting", "aime", "stdin")
-#: The kinds with a boxed integer answer (the aime24 task runs them).
-MATH_KINDS: tuple[Kind, ...] = ("bignum", "modular", "counting", "aime")
+#: The generators: each draws problems of one family (a math or a code problem, by :data:`MATH_GENERATORS`).
+Generator = Literal["bignum", "modular", "counting", "aime", "stdin"]
+GENERATORS: tuple[Generator, ...] = ("bignum", "modular", "counting", "aime", "stdin")
+#: The generators of math problems, with a boxed integer answer (the aime24 task runs them).
+MATH_GENERATORS: tuple[Generator, ...] = ("bignum", "modular", "counting", "aime")
 
 #: The contest date written into generated LiveCodeBench rows (inside the task's default window).
 LCB_DATE = "2025-03-01T00:00:00"
 
 
-@dataclass(frozen=True)
-class GeneratedProblem:
-    """One generated problem.
+def generated_problem(
+    pid: str, generator: Generator, question: str, answer: str, program: str, tests: Sequence[dict[str, str]] = ()
+) -> Problem:
+    """A generated problem: math keeps its answer as the target, stdin its tests; ``metadata`` holds the generator,
+    the question as drawn and the reference ``program`` (for math it prints the answer; for stdin it is a complete
+    solution reading standard input)."""
+    code = generator == "stdin"
+    prompt = prompts.code_prompt(question) if code else prompts.math_prompt(question)
+    metadata = {"generator": generator, "question": question, "program": program}
+    kind = "code" if code else "math"
+    return Problem(pid, prompt, "" if code else answer, kind, list(tests), source=f"gen-{generator}", metadata=metadata)
 
-    ``code`` is a reference program: for math kinds it prints ``answer``; for
-    ``stdin`` it is a complete solution that reads standard input, and ``tests`` are
-    stdin tests (``input``, ``output``, ``testtype``) in LiveCodeBench's form.
-    """
 
-    id: str
-    kind: Kind
-    question: str
-    answer: str
-    code: str
-    tests: tuple[dict[str, str], ...] = field(default_factory=tuple)
+def generator_of(problem: Problem) -> Generator:
+    """The generator that drew ``problem``."""
+    return problem.metadata["generator"]
 
-    @property
-    def is_code(self) -> bool:
-        return self.kind == "stdin"
 
-    def prompt(self) -> str:
-        """The user prompt, as the benchmark tasks write it (:mod:`harness.core.prompts`)."""
-        return prompts.code_prompt(self.question) if self.is_code else prompts.math_prompt(self.question)
+def question_of(problem: Problem) -> str:
+    """A generated problem's question, as drawn (before the prompt template)."""
+    return problem.metadata["question"]
 
-    def aime_row(self) -> dict[str, str]:
-        """The problem in the AIME datasets' schema (``ID``, ``Problem``, ``Answer``)."""
-        if self.is_code:
-            raise ValueError(f"problem {self.id}: a stdin problem has no AIME row")
-        return {"ID": self.id, "Problem": self.question, "Answer": self.answer}
 
-    def lcb_row(self) -> dict[str, str]:
-        """The problem in LiveCodeBench's schema (first test public, the rest private)."""
-        from harness.benchmarks.lcb_cases import encode_private_tests
+def program_of(problem: Problem) -> str:
+    """A generated problem's reference program."""
+    return problem.metadata["program"]
 
-        if not self.is_code:
-            raise ValueError(f"problem {self.id}: a {self.kind} problem has no LiveCodeBench row")
-        return {
-            "question_title": self.id,
-            "question_content": self.question,
-            "platform": "atcoder",
-            "question_id": self.id,
-            "contest_id": "generated",
-            "contest_date": LCB_DATE,
-            "starter_code": "",
-            "difficulty": "easy",
-            "public_test_cases": json.dumps(list(self.tests[:1])),
-            "private_test_cases": encode_private_tests(list(self.tests[1:])),
-            "metadata": "{}",
-        }
+
+def answer_of(problem: Problem) -> str:
+    """What a generated problem's reference program prints: the answer, or for stdin its first test's output."""
+    return problem.tests[0]["output"].strip() if problem.kind == "code" else problem.target
+
+
+def aime_row(problem: Problem) -> dict[str, str]:
+    """A generated math problem in the AIME datasets' schema (``ID``, ``Problem``, ``Answer``)."""
+    if problem.kind == "code":
+        raise ValueError(f"problem {problem.id}: a stdin problem has no AIME row")
+    return {"ID": problem.id, "Problem": question_of(problem), "Answer": problem.target}
+
+
+def lcb_row(problem: Problem) -> dict[str, str]:
+    """A generated stdin problem in LiveCodeBench's schema (first test public, the rest private)."""
+    from harness.benchmarks.lcb_cases import encode_private_tests
+
+    if problem.kind != "code":
+        raise ValueError(f"problem {problem.id}: a {generator_of(problem)} problem has no LiveCodeBench row")
+    return {
+        "question_title": problem.id,
+        "question_content": question_of(problem),
+        "platform": "atcoder",
+        "question_id": problem.id,
+        "contest_id": "generated",
+        "contest_date": LCB_DATE,
+        "starter_code": "",
+        "difficulty": "easy",
+        "public_test_cases": json.dumps(problem.tests[:1]),
+        "private_test_cases": encode_private_tests(problem.tests[1:]),
+        "metadata": "{}",
+    }
 
 
 Draw = tuple[str, int, str]  #: (question, answer, reference program) of a math problem
@@ -353,12 +365,12 @@ _STDIN: tuple[_StdinSpec, ...] = (
 )
 
 
-def _stdin(rng: random.Random, pid: str) -> GeneratedProblem:
+def _stdin(rng: random.Random, pid: str) -> Problem:
     spec = rng.choice(_STDIN)
     inputs = [spec.make_input(rng) for _ in range(4)]
-    tests = tuple({"input": i, "output": spec.solve(i) + "\n", "testtype": "stdin"} for i in inputs)
+    tests = [{"input": i, "output": spec.solve(i) + "\n", "testtype": "stdin"} for i in inputs]
     question = spec.question.format(sample=inputs[0], output=tests[0]["output"])
-    return GeneratedProblem(pid, "stdin", question, tests[0]["output"].strip(), spec.code, tests)
+    return generated_problem(pid, "stdin", question, tests[0]["output"].strip(), spec.code, tests)
 
 
 # --------------------------------------------------------------------------- API
@@ -371,60 +383,65 @@ _MATH: dict[str, Callable[[random.Random], Draw]] = {
 }
 
 
-def generate_one(kind: Kind, rng: random.Random, pid: str) -> GeneratedProblem:
-    """One problem of ``kind`` drawn from ``rng``."""
-    if kind == "stdin":
+def generate_one(generator: Generator, rng: random.Random, pid: str) -> Problem:
+    """One problem of ``generator`` drawn from ``rng``."""
+    if generator == "stdin":
         return _stdin(rng, pid)
-    if kind not in _MATH:
-        raise ValueError(f"unknown problem kind {kind!r}; known: {', '.join(KINDS)}")
-    question, answer, code = _MATH[kind](rng)
+    if generator not in _MATH:
+        raise ValueError(f"unknown problem generator {generator!r}; known: {', '.join(GENERATORS)}")
+    question, answer, code = _MATH[generator](rng)
     if not 0 <= answer <= 999:
-        raise AssertionError(f"generator {kind} produced answer {answer} outside 0-999 for {question!r}")
-    return GeneratedProblem(pid, kind, question, str(answer), code)
+        raise AssertionError(f"generator {generator} produced answer {answer} outside 0-999 for {question!r}")
+    return generated_problem(pid, generator, question, str(answer), code)
 
 
 def generate(
-    n: int, *, seed: int, kinds: Sequence[Kind] = KINDS, weights: Sequence[float] | None = None, prefix: str = "gen"
-) -> list[GeneratedProblem]:
-    """``n`` problems drawn with ``seed``, kinds chosen with ``weights`` (default: equal).
+    n: int,
+    *,
+    seed: int,
+    generators: Sequence[Generator] = GENERATORS,
+    weights: Sequence[float] | None = None,
+    prefix: str = "gen",
+) -> list[Problem]:
+    """``n`` problems drawn with ``seed``, generators chosen with ``weights`` (default: equal).
 
-    Ids are ``<prefix>-<seed>-<index>-<kind>``: distinct seeds give distinct problem sets
+    Ids are ``<prefix>-<seed>-<index>-<generator>``: distinct seeds give distinct problem sets
     (train on some seeds, measure on others).
     """
     if n < 0:
         raise ValueError(f"generate: n must be >= 0, got {n}")
-    unknown = [k for k in kinds if k not in KINDS]
-    if unknown or not kinds:
-        raise ValueError(f"generate: unknown or no kinds {unknown or kinds}; known: {', '.join(KINDS)}")
-    if weights is not None and len(weights) != len(kinds):
-        raise ValueError(f"generate: {len(weights)} weights for {len(kinds)} kinds")
+    unknown = [g for g in generators if g not in GENERATORS]
+    if unknown or not generators:
+        raise ValueError(f"generate: unknown or no generators {unknown or generators}; known: {', '.join(GENERATORS)}")
+    if weights is not None and len(weights) != len(generators):
+        raise ValueError(f"generate: {len(weights)} weights for {len(generators)} generators")
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        kind = rng.choices(list(kinds), weights=weights)[0]
-        out.append(generate_one(kind, rng, f"{prefix}-{seed}-{i:04d}-{kind}"))
+        generator = rng.choices(list(generators), weights=weights)[0]
+        out.append(generate_one(generator, rng, f"{prefix}-{seed}-{i:04d}-{generator}"))
     return out
 
 
-def write_aime_jsonl(problems: Sequence[GeneratedProblem], path: str | Path) -> Path:
+def write_aime_jsonl(problems: Sequence[Problem], path: str | Path) -> Path:
     """Write math problems as an AIME-schema JSONL file (``-T data=<file>`` of the aime24 task).
 
     Returns the absolute path (Inspect loads a task from its own directory, so a relative one would not resolve).
     """
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = [p.aime_row() for p in problems if not p.is_code]
+    rows = [aime_row(p) for p in problems if p.kind != "code"]
     if not rows:
         raise ValueError(f"write_aime_jsonl: no math problems to write to {out}")
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return out.resolve()
 
 
-def write_lcb_jsonl(problems: Sequence[GeneratedProblem], path: str | Path) -> Path:
+def write_lcb_jsonl(problems: Sequence[Problem], path: str | Path) -> Path:
     """Write stdin problems as a LiveCodeBench-schema JSONL file (``-T data=<file>``); returns its absolute path."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows = [p.lcb_row() for p in problems if p.is_code]
+    rows = [lcb_row(p) for p in problems if p.kind == "code"]
     if not rows:
         raise ValueError(f"write_lcb_jsonl: no stdin problems to write to {out}")
     out.write_text("".join(json.dumps(r) + "\n" for r in rows))

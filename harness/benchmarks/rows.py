@@ -1,6 +1,7 @@
-"""What every loader shares: :class:`Problem`, the dataset errors, reading rows from files and the hub, and
-checking a row's fields (the upstream loaders in :mod:`harness.benchmarks.datasets` and the reference's in
-:mod:`harness.benchmarks.reference_data` both build on it)."""
+"""What every loader shares: the dataset errors, reading rows from files and the hub, and checking a row's fields
+(the upstream loaders in :mod:`harness.benchmarks.datasets` and the reference's in
+:mod:`harness.benchmarks.reference_data` both build on it, each making a
+:class:`~harness.benchmarks.problem.Problem`)."""
 
 from __future__ import annotations
 
@@ -9,32 +10,16 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.benchmarks.problem import Problem as Problem
 from harness.core.kinds import Kind
 from harness.core.prompts import PromptTemplates, default_templates
 
 Row = dict[str, Any]
 
 _SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One benchmark problem, ready to prompt and to score.
-
-    ``prompt`` is the complete user message. ``target`` is what the scorer compares
-    with: the answer for math, the letter after shuffling for GPQA, empty for code
-    (code is graded on the tests in ``metadata``, see :func:`harness.benchmarks.lcb_cases.problem_tests`).
-    """
-
-    id: str
-    prompt: str
-    target: str
-    kind: Kind
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 class DatasetError(ValueError):

@@ -167,7 +167,7 @@ def vllm_engine(args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any],
 
 def compare_arms(args: argparse.Namespace, model: str, run_options: dict[str, Any], engine_note: str) -> int:
     """Both arms on ``model``, then on the replay script; write both reports and print the comparison."""
-    from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl
+    from harness.benchmarks.generators import MATH_GENERATORS, generate, write_aime_jsonl
     from harness.evals.arms import run_arms
     from harness.reports.compare import read_arms
     from harness.reports.report import paired_tests, side_by_side, verdict, write_report
@@ -177,7 +177,7 @@ def compare_arms(args: argparse.Namespace, model: str, run_options: dict[str, An
     if args.fixture:
         data, what = "fixture", f"fixture, first {args.problems} problems"
     else:  # problems the warm model never saw: its generators with a seed it was not trained on
-        problems = generate(args.problems, seed=args.problem_seed, kinds=MATH_KINDS, prefix="demo")
+        problems = generate(args.problems, seed=args.problem_seed, generators=MATH_GENERATORS, prefix="demo")
         data = str(write_aime_jsonl(problems, out / "data" / "problems.jsonl"))
         what = f"{args.problems} generated problems, seed {args.problem_seed}"
     task_args = {"data": data, "sandbox": args.sandbox, "max_turns": args.max_turns, "seed": 0}

@@ -3,9 +3,11 @@
 the same arguments and exit status.
 
 The harness never imports the trainers (they sit above it: ``[tool.importlinter]`` in pyproject.toml), and the
-front door's parser imports neither package: their commands are named here. :data:`TRAINERS` is the one list of
+front door's parser imports neither package's command line. :data:`TRAINERS` is the one list of
 ``python -m trainers``'s commands: its parser takes each command's help from it and refuses a command not named in
-it; ``tests/test_cli.py`` checks both lists against the packages' own parsers.
+it. The sandboxes sit below the harness and never import it, so their list is theirs (``sandboxes.COMMANDS``, from
+which their parser takes its help too) and :data:`SANDBOXES` is that list. ``tests/test_cli.py`` checks both against
+the packages' own parsers.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+
+from sandboxes import COMMANDS
 
 #: ``python -m trainers``'s commands and what each does
 TRAINERS = {
@@ -27,10 +31,8 @@ TRAINERS = {
     "ablation": "train with SAAR on and off from the same warm start; write a report",
     "parity": "one replay script through the eval, the OpenRLHF executor and the CPU trainer: where they differ",
 }
-#: ``python -m sandboxes``'s commands and what each does
-SANDBOXES = {
-    "run": "run Python files one after the other in one sandbox, one JSON line each",
-}
+#: ``python -m sandboxes``'s commands and what each does, as the sandboxes package lists them
+SANDBOXES = COMMANDS
 #: the packages the front door forwards to, with their commands
 PACKAGES = {"trainers": TRAINERS, "sandboxes": SANDBOXES}
 #: what each package's tools are, in ``python -m harness --help``

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Literal, get_origin, get_type_hints
 
 from harness.core.rollout import RolloutConfig
@@ -70,31 +70,52 @@ def parse_saar(data: Any, where: str, similarity: Similarity) -> SaarConfig:
 class ExecutorConfig:
     """What the executor needs beyond OpenRLHF's arguments (JSON in ``CLEANER_AGENT_CONFIG``)."""
 
-    #: SAAR of every rollout (the per-trajectory draw uses ``seed``); stated, never defaulted (see the module)
-    saar: SaarConfig
-    max_turns: int = 16
-    #: the tool environment (harness.core.toolenv): "project" or "reference" (Open-CLEANER's)
-    tool_env: str = "project"
-    timeout: float | None = None  #: seconds per call (None: the tool environment's)
-    output_chars: int | None = None  #: characters of a result the model sees (None: the tool environment's)
-    sandbox: str | None = None  #: backend name for :func:`sandboxes.backends.get_backend` (None: the default)
-    lenient_reward: bool = False  #: judge math by equivalence instead of the reference's strict check
-    #: the reward reads the whole response, tool output included (the reference's), instead of the final answer
-    reward_on_response: bool = False
-    seed: int | None = None  #: seed of the per-trajectory SAAR draw (None: fresh randomness)
-    #: tool programs running at once per executor, i.e. per vLLM engine (a sandbox is leased per call)
-    sandbox_pool: int = 16
-    #: reruns of a rollout whose sandbox failed, from its start (trainers.core.faults); then execute() raises
-    sandbox_retries: int = SANDBOX_RETRIES
-    #: a failed rollout is trained on as nothing; the job stops when more than this fraction of an executor's
-    #: last ``failed_rollout_window`` rollouts failed (trainers.core.faults.FailureLedger)
-    failed_rollout_limit: float = FAILED_ROLLOUT_LIMIT
-    failed_rollout_window: int = FAILED_ROLLOUT_WINDOW
-    #: generated tokens a trajectory may have before the overlong penalty (the launcher copies rollout.max_new_tokens)
-    max_new_tokens: int | None = None
-    #: DAPO overlong buffer counted over generated tokens only (OpenRLHF 0.11.2's own counts tool output too)
-    overlong_buffer_len: int | None = None
-    overlong_penalty_factor: float = 1.0
+    saar: SaarConfig = setting(
+        MISSING, "SAAR of every rollout (the per-trajectory draw uses `seed`); stated, never defaulted (see the module)"
+    )
+    max_turns: int = setting(16, "assistant turns per trajectory")
+    tool_env: str = setting(
+        "project", "the tool environment (harness.core.toolenv): project, or reference (Open-CLEANER's)"
+    )
+    timeout: float | None = setting(None, "seconds per tool call", shown="the tool environment's")
+    output_chars: int | None = setting(
+        None, "characters of a tool result the model sees", shown="the tool environment's"
+    )
+    sandbox: str | None = setting(
+        None, "the sandbox backend, by name (sandboxes.backends.get_backend)", shown="the default backend"
+    )
+    lenient_reward: bool = setting(False, "judge math by equivalence instead of the reference's strict check")
+    reward_on_response: bool = setting(
+        False, "the reward reads the whole response, tool output included (the reference's), not the final answer"
+    )
+    seed: int | None = setting(None, "seed of the per-trajectory SAAR draw", shown="fresh randomness")
+    sandbox_pool: int = setting(
+        16, "tool programs running at once per executor, i.e. per vLLM engine (a sandbox is leased per call)"
+    )
+    sandbox_retries: int = setting(
+        SANDBOX_RETRIES,
+        "reruns of a rollout whose sandbox failed, from its start (trainers.core.faults); then execute() raises",
+    )
+    failed_rollout_limit: float = setting(
+        FAILED_ROLLOUT_LIMIT,
+        "a failed rollout is trained on as nothing; the job stops when more than this fraction of an executor's "
+        "last `failed_rollout_window` rollouts failed (trainers.core.faults.FailureLedger)",
+    )
+    failed_rollout_window: int = setting(FAILED_ROLLOUT_WINDOW, "the rollouts `failed_rollout_limit` counts over")
+    max_new_tokens: int | None = setting(
+        None,
+        "generated tokens a trajectory may have before the overlong penalty (the launcher copies "
+        "rollout.max_new_tokens)",
+        shown="no overlong penalty",
+    )
+    overlong_buffer_len: int | None = setting(
+        None,
+        "DAPO overlong buffer counted over generated tokens only (OpenRLHF 0.11.2's own counts tool output too)",
+        shown="no overlong penalty",
+    )
+    overlong_penalty_factor: float = setting(
+        1.0, "the penalty at the end of the overlong buffer (it grows linearly to it)"
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.saar, SaarConfig):

@@ -13,7 +13,7 @@ verl's RL layout, one row per problem:
 * ``extra_info``: ``{"index": ...}`` and more.
 
 :func:`load_open_agentrl` reads it from the hub or from a local parquet / JSONL file or
-directory and turns each row into a :class:`TrainItem`, its prompt rendered with a
+directory and turns each row into a :class:`Problem`, its prompt rendered with a
 :class:`~harness.core.prompts.PromptTemplates` (the project's by default; ``python -m trainers
 prepare-data --prompt-template FILE`` passes a user's file, such as the reference's training
 prompts written by ``python -m harness prompts from-reference --training``).
@@ -38,18 +38,14 @@ import json
 import random
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.benchmarks.datasets import DatasetError, tests_from_ground_truth
+from harness.benchmarks.problem import Problem
 from harness.core import prompts
-from harness.core.messages import Message
+from harness.core.kinds import Kind
 from harness.core.prompts import PromptTemplateError, PromptTemplates
-
-if TYPE_CHECKING:
-    from harness.benchmarks.generators import GeneratedProblem
-from harness.core.kinds import KINDS, Kind
 
 HUB_ID = "Gen-Verse/Open-AgentRL-30K"
 DATA_DIR = Path(__file__).parents[1] / "data"
@@ -62,48 +58,41 @@ class DataError(ValueError):
     """A training record is malformed; the message names the source and the record."""
 
 
-@dataclass(frozen=True)
-class TrainItem:
-    """One training problem: the user prompt and what scores an answer to it."""
+#: The fields of a label, in the order it is written (a problem's ``metadata`` stays out of it).
+LABEL_FIELDS: tuple[str, ...] = ("id", "prompt", "target", "kind", "tests", "fn_name", "source")
 
-    id: str
-    prompt: str  #: the user message, answer-format instructions included
-    target: str = ""  #: the answer (math, gpqa letter); empty for code
-    kind: Kind = "math"
-    tests: list[dict[str, Any]] = field(default_factory=list)  #: code: {"input", "output", "testtype"}
-    fn_name: str | None = None  #: code: the method functional tests call
-    source: str = ""
 
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise DataError(f"item {self.id!r}: kind must be math, gpqa or code, got {self.kind!r}")
-        if self.kind == "code" and not self.tests:
-            raise DataError(f"item {self.id!r}: a code item needs at least one test")
-        if self.kind != "code" and not str(self.target).strip():
-            raise DataError(f"item {self.id!r}: a {self.kind} item needs a non-empty target")
+def checked(problem: Problem) -> Problem:
+    """``problem`` if it can be trained on (a code problem has tests, any other a target), else a :class:`DataError`."""
+    if problem.kind == "code" and not problem.tests:
+        raise DataError(f"item {problem.id!r}: a code item needs at least one test")
+    if problem.kind != "code" and not str(problem.target).strip():
+        raise DataError(f"item {problem.id!r}: a {problem.kind} item needs a non-empty target")
+    return problem
 
-    def messages(self) -> list[Message]:
-        """The prompt of a rollout (system prompt and tool schema are added by the chat rendering)."""
-        return [Message("user", self.prompt)]
 
-    def label(self) -> str:
-        """The item as a JSON label string (what OpenRLHF hands the executor back)."""
-        return json.dumps(asdict(self), ensure_ascii=False)
+def label(problem: Problem) -> str:
+    """The problem as a JSON label string (what OpenRLHF hands the executor back): :data:`LABEL_FIELDS`."""
+    return json.dumps({name: getattr(problem, name) for name in LABEL_FIELDS}, ensure_ascii=False)
 
-    @classmethod
-    def from_label(cls, label: str | dict[str, Any]) -> TrainItem:
-        """Parse a label written by :meth:`label` (or the same fields as a dict)."""
-        try:
-            data = json.loads(label) if isinstance(label, str) else dict(label)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"label is not JSON ({exc.msg}); write labels with TrainItem.label()") from exc
-        if not isinstance(data, dict) or "id" not in data or "prompt" not in data:
-            raise DataError("label must be a JSON object with at least 'id' and 'prompt'")
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = set(data) - known
-        if unknown:
-            raise DataError(f"label of item {data['id']!r} has unknown fields {sorted(unknown)}")
-        return cls(**data)
+
+def from_label(text: str | dict[str, Any]) -> Problem:
+    """Parse a label written by :func:`label` (or the same fields as a dict); a :class:`DataError` saying what is
+    wrong."""
+    try:
+        data = json.loads(text) if isinstance(text, str) else dict(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"label is not JSON ({exc.msg}); write labels with trainers.core.data.label()") from exc
+    if not isinstance(data, dict) or "id" not in data or "prompt" not in data:
+        raise DataError("label must be a JSON object with at least 'id' and 'prompt'")
+    unknown = set(data) - set(LABEL_FIELDS)
+    if unknown:
+        raise DataError(f"label of item {data['id']!r} has unknown fields {sorted(unknown)}")
+    try:
+        problem = Problem(**data)
+    except ValueError as exc:
+        raise DataError(str(exc)) from exc
+    return checked(problem)
 
 
 # --------------------------------------------------------------------------- Open-AgentRL-30K
@@ -154,8 +143,8 @@ def choice_prompt(templates: PromptTemplates, question: str, where: str) -> str:
 
 def item_from_row(
     row: dict[str, Any], index: int, source: str = HUB_ID, *, templates: PromptTemplates | None = None
-) -> TrainItem:
-    """One Open-AgentRL-30K row as a :class:`TrainItem` (raises :class:`DataError` saying what is wrong).
+) -> Problem:
+    """One Open-AgentRL-30K row as a :class:`Problem` (raises :class:`DataError` saying what is wrong).
 
     The prompt is rendered with ``templates`` (``None``: the project's): code with the ``code``
     template, math with ``math``, and a choice question as :func:`choice_prompt` says.
@@ -186,11 +175,11 @@ def item_from_row(
         except DatasetError as exc:
             raise DataError(str(exc)) from exc
         prompt = templates.render("code", question, tests=(truth["inputs"], truth["outputs"]))
-        return TrainItem(item_id, prompt, "", "code", tests, fn_name, data_source)
+        return checked(Problem(item_id, prompt, "", "code", tests, fn_name, data_source))
     target = str(truth).strip()
     if re.fullmatch(r"[A-D]", target) and _CHOICE.search(question):
-        return TrainItem(item_id, choice_prompt(templates, question, where), target, "gpqa", source=data_source)
-    return TrainItem(item_id, templates.render("math", question), target, "math", source=data_source)
+        return checked(Problem(item_id, choice_prompt(templates, question, where), target, "gpqa", source=data_source))
+    return checked(Problem(item_id, templates.render("math", question), target, "math", source=data_source))
 
 
 def _read_rows(path: Path) -> Iterable[dict[str, Any]]:
@@ -224,11 +213,11 @@ def load_open_agentrl(
     limit: int | None = None,
     kinds: Sequence[Kind] | None = None,
     templates: PromptTemplates | None = None,
-) -> list[TrainItem]:
+) -> list[Problem]:
     """Open-AgentRL-30K as training items, from the hub id or a local file or directory.
 
     Prompts are rendered with ``templates`` (``None``: the project's); rows of the project's own
-    JSONL (:class:`TrainItem` fields) keep the prompts they were written with.
+    JSONL (:func:`label` fields) keep the prompts they were written with.
     """
     path = Path(source)
     if path.exists():
@@ -239,10 +228,10 @@ def load_open_agentrl(
         rows = datasets.load_dataset(str(source), split="train")
     else:
         raise DataError(f"training data {source}: no such file or directory, and not a hub dataset id")
-    items: list[TrainItem] = []
+    items: list[Problem] = []
     for i, row in enumerate(rows):
-        if row.get("id") is not None and row.get("kind") is not None:  # our own JSONL (TrainItem fields)
-            item = TrainItem.from_label(row)
+        if row.get("id") is not None and row.get("kind") is not None:  # our own JSONL (label fields)
+            item = from_label(row)
         else:
             item = item_from_row(row, i, str(source), templates=templates)
         if kinds is None or item.kind in kinds:
@@ -252,8 +241,8 @@ def load_open_agentrl(
     return items
 
 
-def load_items(path: str | Path) -> list[TrainItem]:
-    """Items from a JSONL file of :class:`TrainItem` fields (e.g. ``trainers/data/bignum.jsonl``)."""
+def load_items(path: str | Path) -> list[Problem]:
+    """Items from a JSONL file of :func:`label` fields (e.g. ``trainers/data/bignum.jsonl``)."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"training data {path} does not exist")
@@ -261,29 +250,29 @@ def load_items(path: str | Path) -> list[TrainItem]:
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
             try:
-                items.append(TrainItem.from_label(line))
+                items.append(from_label(line))
             except DataError as exc:
                 raise DataError(f"{path}:{n}: {exc}") from exc
     return items
 
 
-def export_openrlhf(items: Iterable[TrainItem], path: str | Path) -> Path:
-    """Write items as OpenRLHF prompt data: ``{"prompt": <user text>, "label": <TrainItem JSON>}`` per line."""
+def export_openrlhf(items: Iterable[Problem], path: str | Path) -> Path:
+    """Write items as OpenRLHF prompt data: ``{"prompt": <user text>, "label": <the problem's label>}`` per line."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as fh:
         for item in items:
-            fh.write(json.dumps({"prompt": item.prompt, "label": item.label()}, ensure_ascii=False) + "\n")
+            fh.write(json.dumps({"prompt": item.prompt, "label": label(item)}, ensure_ascii=False) + "\n")
     return path
 
 
 # --------------------------------------------------------------------------- the small set
 
 
-def bignum_items(n: int = 48, seed: int = 1234) -> list[TrainItem]:
+def bignum_items(n: int = 48, seed: int = 1234) -> list[Problem]:
     """Arithmetic on big numbers: exact answers that the python tool makes easy."""
     rng = random.Random(seed)
-    items: list[TrainItem] = []
+    items: list[Problem] = []
     makers = [
         lambda a, b: (f"What is {a} * {b}?", a * b),
         lambda a, b: (f"What is {a} + {b}?", a + b),
@@ -296,14 +285,14 @@ def bignum_items(n: int = 48, seed: int = 1234) -> list[TrainItem]:
         a = rng.randrange(10**8, 10**12)
         b = rng.randrange(10**6, 10**10)
         question, answer = makers[i % len(makers)](a, b)
-        items.append(TrainItem(f"bignum-{i:03d}", prompts.math_prompt(question), str(answer), "math", source="bignum"))
+        items.append(Problem(f"bignum-{i:03d}", prompts.math_prompt(question), str(answer), "math", source="bignum"))
     return items
 
 
 # --------------------------------------------------------------------------- generated problems
 
 
-def generated_items(n: int = RL_SIZE, seed: int = RL_SEED, prefix: str = "rl") -> list[TrainItem]:
+def generated_items(n: int = RL_SIZE, seed: int = RL_SEED, prefix: str = "rl") -> list[Problem]:
     """``n`` problems of :func:`harness.benchmarks.generators.generate` (every kind, equal weights) as training items.
 
     Math kinds keep their integer answer as the target (strict boxed reward); stdin
@@ -311,19 +300,12 @@ def generated_items(n: int = RL_SIZE, seed: int = RL_SEED, prefix: str = "rl") -
     """
     from harness.benchmarks.generators import generate  # noqa: PLC0415
 
-    return [item_from_problem(p) for p in generate(n, seed=seed, prefix=prefix)]
-
-
-def item_from_problem(p: GeneratedProblem) -> TrainItem:
-    """A generated problem as a training item: math keeps its answer (strict boxed reward), stdin its tests."""
-    if p.is_code:
-        return TrainItem(p.id, p.prompt(), "", "code", [dict(t) for t in p.tests], source=f"gen-{p.kind}")
-    return TrainItem(p.id, p.prompt(), p.answer, "math", source=f"gen-{p.kind}")
+    return generate(n, seed=seed, prefix=prefix)
 
 
 def write_generated(path: str | Path = RL_PATH, n: int = RL_SIZE, seed: int = RL_SEED) -> Path:
     """Write :func:`generated_items` as JSONL (``trainers/data/tools-rl.jsonl`` with the defaults)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(item.label() + "\n" for item in generated_items(n, seed)), encoding="utf-8")
+    path.write_text("".join(label(item) + "\n" for item in generated_items(n, seed)), encoding="utf-8")
     return path

@@ -72,7 +72,7 @@ def project_requirements() -> list[str]:
     pyproject = PROJECT_ROOT / "pyproject.toml"
     if pyproject.is_file():
         return list(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"])
-    requires = importlib.metadata.requires("cleaner-harness") or []
+    requires = importlib.metadata.requires("cleaner") or []
     return [r for r in requires if "extra ==" not in r]
 
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.benchmarks import lcb, scoring
+from harness.benchmarks.problem import Problem
 from sandboxes.base import Sandbox
-from trainers.core.data import TrainItem
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def _parses(program: str) -> bool:
 
 
 async def compute_reward(
-    item: TrainItem, completion: str, sandbox: Sandbox | None = None, *, lenient: bool = False
+    item: Problem, completion: str, sandbox: Sandbox | None = None, *, lenient: bool = False
 ) -> Outcome:
     """Score the final answer ``completion`` of a trajectory on ``item``."""
     if scoring.is_read(item.kind):  # the answer is read from the text (scoring.READ_CHECKS)

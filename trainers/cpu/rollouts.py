@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.benchmarks.problem import Problem
 from harness.core import chat
 from harness.core.chat import tool_result_counter
 from harness.core.messages import Generation, Message
@@ -25,7 +26,6 @@ from harness.core.response import response_text
 from harness.core.rollout import RolloutConfig, Trajectory, rollout
 from trainers.core._compat import get_render
 from trainers.core.config import CpuConfig, ExecutorConfig
-from trainers.core.data import TrainItem
 from trainers.core.faults import rerun_on_sandbox_failure
 from trainers.core.rescore import GAP_KEYS, SampleLog, final_log_probs, gap_summary
 from trainers.core.reward import Outcome, compute_reward
@@ -88,7 +88,7 @@ class RolloutRecord:
 
 
 async def run_one(
-    item: TrainItem,
+    item: Problem,
     sampler: PolicySampler,
     backend: Any,
     rcfg: RolloutConfig,

@@ -40,12 +40,13 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from harness.benchmarks.problem import Problem
 from harness.core import seeds
 from harness.core.rollout import RolloutConfig
 from sandboxes.base import SandboxError
 from trainers.core._compat import get_backend
 from trainers.core.config import CpuConfig
-from trainers.core.data import TrainItem, load_items, load_open_agentrl
+from trainers.core.data import load_items, load_open_agentrl
 from trainers.core.recipes import Recipe
 from trainers.core.rescore import check_plain_sampling
 from trainers.cpu.grpo import SharedPromptGRPOTrainer, cleaner_reward
@@ -73,8 +74,8 @@ TRL_LOGS = (
 __all__ = ["CpuTrainer", "StepLog", "load_model_f32", "load_train_items", "rollout_engine", "train_cpu"]
 
 
-def load_train_items(recipe: Recipe) -> list[TrainItem]:
-    """The recipe's training problems (a JSONL of TrainItem fields, or Open-AgentRL-30K)."""
+def load_train_items(recipe: Recipe) -> list[Problem]:
+    """The recipe's training problems (a JSONL of labels, or Open-AgentRL-30K)."""
     source = recipe.data.get("source") or "trainers/data/tools-rl.jsonl"
     limit = recipe.data.get("limit")
     path = Path(source)
@@ -308,7 +309,7 @@ class CpuTrainer:
         return self.loop.run_until_complete(sync(self.policy, step))
 
     async def rollouts(
-        self, items: list[TrainItem], step: int, rcfg: RolloutConfig | None = None, *, reseed: int = 0
+        self, items: list[Problem], step: int, rcfg: RolloutConfig | None = None, *, reseed: int = 0
     ) -> list[RolloutRecord]:
         """Every rollout of a step at once (in the order of ``items``); their turns share batches."""
         assert self.sampler is not None
@@ -359,7 +360,7 @@ class CpuTrainer:
 
     # ------------------------------------------------------------------ evaluation
 
-    def evaluate(self, items: list[TrainItem], *, saar: bool, seed: int) -> dict[str, Any]:
+    def evaluate(self, items: list[Problem], *, saar: bool, seed: int) -> dict[str, Any]:
         """One rollout per item with the current policy (no training), SAAR on or off: the step metrics."""
         assert self.sampler is not None and self.loop is not None, "evaluate runs between _grpo_trainer and close"
         saar_cfg = replace(self.rollout_config.saar, enabled=saar)

@@ -75,7 +75,7 @@ from harness.core.seeds import trajectory_seed
 from sandboxes.base import ExecResult, Sandbox
 from trainers.core._compat import get_backend, get_render
 from trainers.core.config import ExecutorConfig
-from trainers.core.data import TrainItem
+from trainers.core.data import from_label
 from trainers.core.faults import FailureLedger, RolloutFailure, rerun_on_sandbox_failure
 from trainers.core.rescore import GAP_KEYS, SampleLog, check_plain_sampling, final_log_probs, sampled_logprobs
 from trainers.core.reward import Outcome, compute_reward, overlong_penalty
@@ -118,7 +118,7 @@ def _check_sampling(sampling_params: Any, config: ExecutorConfig) -> None:
 def _sample_name(prompt: str, label: Any) -> str:
     """A failed rollout's sample: its item's id when the label names one, else the prompt's start."""
     try:
-        return repr(TrainItem.from_label(label).id)
+        return repr(from_label(label).id)
     except Exception:  # noqa: BLE001 - the label may be what failed
         return repr(str(prompt)[:60])
 
@@ -220,7 +220,7 @@ class AgentExecutor(AgentExecutorBase):
                 "the CLEANER executor needs a label per prompt: pass --data.label_key label "
                 "with data written by trainers.core.data.export_openrlhf"
             )
-        item = TrainItem.from_label(label)
+        item = from_label(label)
         render = self._get_render()
         messages = item.messages()
         n_prompt = len(messages)

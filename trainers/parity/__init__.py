@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.benchmarks.problem import Problem
 from harness.core.toolenv import PROFILES
 from trainers.parity.models import (
     JUDGES,
@@ -44,7 +45,7 @@ from trainers.parity.models import (
     warm_server,
 )
 from trainers.parity.paths import run_cpu, run_executor, run_inspect, run_paths
-from trainers.parity.records import ParityError, PathRun, Problem, SampleRecord, first_difference
+from trainers.parity.records import ParityError, PathRun, SampleRecord, first_difference
 
 __all__ = [
     "JUDGES",

@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.benchmarks.problem import Problem
 from harness.benchmarks.registry import TASKS_DIR
 from harness.core.rollout import Trajectory
 from harness.core.seeds import trajectory_seed
@@ -19,7 +20,6 @@ from trainers.parity.models import Asked, FrozenModel, frozen_model
 from trainers.parity.records import (
     ParityError,
     PathRun,
-    Problem,
     SampleRecord,
     count_record,
     message_record,
@@ -149,12 +149,6 @@ class _Backend:
         return None
 
 
-def _items(problems: Sequence[Problem]) -> list[Any]:
-    from trainers.core.data import TrainItem  # noqa: PLC0415
-
-    return [TrainItem(p.id, p.prompt, p.target, p.kind, p.tests, p.fn_name) for p in problems]  # type: ignore[arg-type]
-
-
 async def run_executor(
     problems: Sequence[Problem],
     model: Path | FrozenModel,
@@ -167,16 +161,17 @@ async def run_executor(
     """The problems through the OpenRLHF executor, the frozen model (a replay script's path: that script) its
     engine."""
     from trainers.core._compat import load_tokenizer  # noqa: PLC0415
+    from trainers.core.data import label  # noqa: PLC0415
     from trainers.openrlhf_plugin.executor import AgentExecutor  # noqa: PLC0415
 
     frozen = frozen_model(model)
     tok = tokenizer or load_tokenizer()
     executor = AgentExecutor(frozen.executor_config(tool_env, judge, seed), backend=_Backend())
     run = PathRun("executor", tool_env)
-    for item in _items(problems):
+    for item in problems:
         engine = frozen.engine(tok)
         result, traj = await executor.run(
-            item.prompt, item.label(), frozen.sampling_params(), frozen.max_length, tok, engine
+            item.prompt, label(item), frozen.sampling_params(), frozen.max_length, tok, engine
         )
         correct = bool(result["extra_logs"]["correct"])
         run.samples[item.id] = trajectory_record(traj, correct, result["reward"], engine)
@@ -202,7 +197,7 @@ async def run_cpu(
     judge_cfg = frozen.executor_config(tool_env, judge, seed)
     cfg = frozen.cpu_config()
     backend, run = _Backend(), PathRun("cpu", tool_env)
-    for item in _items(problems):
+    for item in problems:
         sampler = frozen.sampler(tok)
         traj_seed = trajectory_seed(seed, item.id, 1)
         rcfg = judge_cfg.rollout_config()

@@ -55,19 +55,6 @@ class PathRun:
     samples: dict[str, SampleRecord] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Problem:
-    """A problem as the paths share it: the Inspect sample's id, prompt, target and kind; a code problem's tests
-    and function name (:func:`code_tests`)."""
-
-    id: str
-    prompt: str
-    target: str
-    kind: str
-    tests: list[dict[str, Any]] = field(default_factory=list)
-    fn_name: str | None = None
-
-
 def message_record(m: Message, outcome: dict[str, Any] | None = None) -> dict[str, Any]:
     """A message in the compared form: role and text; a tool result with its ``ok`` and error kind, from
     ``outcome`` when given (an Inspect message's metadata), else from the message's own."""

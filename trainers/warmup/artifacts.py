@@ -19,6 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from harness.benchmarks.generators import generator_of
 from harness.engines.models import ADAPTERS_DIR, TOOLS_SFT_NAME
 from trainers.warmup.config import WarmupConfig, non_default_args
 from trainers.warmup.demonstrations import Demonstration
@@ -35,7 +36,7 @@ def save_adapter(
     train_cpu_s: float,
 ) -> Path:
     """Write the LoRA weights in bfloat16 and ``warmup.json`` (what was built, how, and how to rebuild it)."""
-    kinds = Counter(d.problem.kind for d in demos)
+    kinds = Counter(generator_of(d.problem) for d in demos)
     data_digest = hashlib.sha256(
         json.dumps([[m.role, m.text] for d in demos for m in d.messages]).encode()
     ).hexdigest()[:16]

@@ -24,7 +24,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from harness.benchmarks.generators import KINDS, generate
+from harness.benchmarks.generators import GENERATORS, generate
 from trainers.warmup.artifacts import save_adapter
 from trainers.warmup.config import TRAIN_SEED, TRAIN_WEIGHTS, WarmupConfig
 from trainers.warmup.demonstrations import build_demonstrations
@@ -41,7 +41,7 @@ def train(cfg: WarmupConfig, *, progress: bool = True) -> Path:
     started = time.monotonic()
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
-    weights = [TRAIN_WEIGHTS[k] for k in KINDS]
+    weights = [TRAIN_WEIGHTS[k] for k in GENERATORS]
     problems = generate(cfg.problems, seed=TRAIN_SEED + cfg.seed, weights=weights, prefix="train")
     demos = asyncio.run(build_demonstrations(problems, fail_share=cfg.fail_share, seed=cfg.seed))
     data_s = time.monotonic() - started
@@ -57,7 +57,7 @@ def train(cfg: WarmupConfig, *, progress: bool = True) -> Path:
     lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear")
     model = get_peft_model(model, lora)
     settings = FitSettings(cfg.steps, cfg.batch_size, cfg.micro_batch, cfg.learning_rate, cfg.warmup_steps, cfg.seed)
-    groups = [d.problem.is_code for d in demos]
+    groups = [d.problem.kind == "code" for d in demos]
     result = fit(model, examples, groups, settings, tokenizer.pad_token_id, progress=progress)
     out = save_adapter(
         model, cfg, demos, result.losses, data_s=data_s, train_s=result.train_s, train_cpu_s=result.train_cpu_s

@@ -6,15 +6,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness.benchmarks.generators import Kind
+from harness.benchmarks.generators import Generator
 from harness.engines.models import ADAPTERS_DIR, TOOLS_SFT_NAME
 
 #: Seeds of the training problems; held-out measurement uses seeds from HELD_OUT_SEED on.
 TRAIN_SEED = 0
 HELD_OUT_SEED = 1000
 
-#: Kind weights of the training mix: the stdin programs are the kind the model is least fluent in.
-TRAIN_WEIGHTS: dict[Kind, float] = {"bignum": 1.0, "modular": 1.0, "counting": 1.0, "aime": 1.0, "stdin": 0.6}
+#: Generator weights of the training mix: the stdin programs are the kind the model is least fluent in.
+TRAIN_WEIGHTS: dict[Generator, float] = {"bignum": 1.0, "modular": 1.0, "counting": 1.0, "aime": 1.0, "stdin": 0.6}
 
 
 @dataclass(frozen=True)

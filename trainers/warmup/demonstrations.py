@@ -16,7 +16,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.benchmarks.generators import GeneratedProblem
+from harness.benchmarks.generators import answer_of, program_of
+from harness.benchmarks.problem import Problem
 from harness.core import protocol
 from harness.core.messages import Generation, Message
 from harness.core.problems import rollout_config
@@ -37,7 +38,7 @@ class Bug:
 class Demonstration:
     """One rendered trajectory with the indices of its assistant turns that are trained on."""
 
-    problem: GeneratedProblem
+    problem: Problem
     messages: list[Message]
     trained_turns: list[int]  #: 0-based indices among the assistant turns
     bug: str | None = None
@@ -72,14 +73,14 @@ def call_text(reasoning: str, code: str) -> str:
     return f"{reasoning}\n{protocol.serialize_call(code)}"
 
 
-def sample_harness(problem: GeneratedProblem, stdin: str) -> str:
+def sample_harness(problem: Problem, stdin: str) -> str:
     """The program a stdin solution is tried with: the sample input fed through ``sys.stdin``."""
-    return f"import io, sys\nsys.stdin = io.StringIO({stdin!r})\n{problem.code}"
+    return f"import io, sys\nsys.stdin = io.StringIO({stdin!r})\n{program_of(problem)}"
 
 
-def reference_program(problem: GeneratedProblem) -> str:
+def reference_program(problem: Problem) -> str:
     """The generator's own program as a demonstration calls it (a stdin solution on its first sample input)."""
-    return sample_harness(problem, problem.tests[0]["input"]) if problem.is_code else problem.code
+    return sample_harness(problem, problem.tests[0]["input"]) if problem.kind == "code" else program_of(problem)
 
 
 #: A function the reference programs use -> the name a small model guesses instead, and the fix's explanation.
@@ -89,7 +90,7 @@ _WRONG_FUNCTIONS = {
 }
 
 
-def plant_bug(problem: GeneratedProblem, code: str, reasoning: str, rng: random.Random) -> Bug:
+def plant_bug(problem: Problem, code: str, reasoning: str, rng: random.Random) -> Bug:
     """A first attempt with a mistake a small model makes, chosen among those that apply to ``code``."""
     options: list[Bug] = []
     for module in ("math", "sympy"):
@@ -109,7 +110,7 @@ def plant_bug(problem: GeneratedProblem, code: str, reasoning: str, rng: random.
             Bug("unclosed_paren", call_text(reasoning, code.rstrip()[:-1]), "A closing parenthesis is missing.")
         )
     last = code.rstrip().splitlines()[-1]
-    if last.startswith("print(") and not problem.is_code:
+    if last.startswith("print(") and problem.kind != "code":
         expr = last[len("print(") : -1]
         options.append(
             Bug(
@@ -147,7 +148,7 @@ def plant_bug(problem: GeneratedProblem, code: str, reasoning: str, rng: random.
 class ScriptedTurns:
     """The ``generate`` of a demonstration: the project's turns, chosen after seeing each tool result."""
 
-    def __init__(self, problem: GeneratedProblem, code: str, opener: str, bug: Bug | None, rng: random.Random) -> None:
+    def __init__(self, problem: Problem, code: str, opener: str, bug: Bug | None, rng: random.Random) -> None:
         self.problem, self.code, self.reasoning, self.bug, self.rng = problem, code, opener, bug, rng
         self.turn = 0
 
@@ -171,14 +172,14 @@ class ScriptedTurns:
         return Generation(text=text, output_tokens=len(text) // 4)
 
 
-def answer_text(problem: GeneratedProblem, output: str, rng: random.Random) -> str:
+def answer_text(problem: Problem, output: str, rng: random.Random) -> str:
     """The closing turn after the reference program printed ``output``: the boxed answer, or the final solution.
     A reference program that printed anything but the problem's answer is a generator defect."""
     out = output.strip()
-    if out != problem.answer:
-        raise DemonstrationError(f"{problem.id}: the reference program printed {out!r}, not {problem.answer!r}")
-    if problem.is_code:
-        return rng.choice(_CODE_ANSWERS).format(out=out, code=problem.code)
+    if out != answer_of(problem):
+        raise DemonstrationError(f"{problem.id}: the reference program printed {out!r}, not {answer_of(problem)!r}")
+    if problem.kind == "code":
+        return rng.choice(_CODE_ANSWERS).format(out=out, code=program_of(problem))
     return rng.choice(_ANSWERS).format(out=out)
 
 
@@ -195,7 +196,7 @@ class DemonstrationError(RuntimeError):
 
 
 async def build_demonstrations(
-    problems: Sequence[GeneratedProblem], *, fail_share: float, seed: int, sandbox: str = "local"
+    problems: Sequence[Problem], *, fail_share: float, seed: int, sandbox: str = "local"
 ) -> list[Demonstration]:
     """Run every problem's scripted demonstration through the rollout core and the real sandbox."""
     from sandboxes.backends import get_backend
@@ -213,12 +214,12 @@ async def build_demonstrations(
             for problem in problems:
                 turns_rng = random.Random(rng.random())
                 fails = turns_rng.random() < fail_share
-                opener = turns_rng.choice(_CODE_OPENERS if problem.is_code else _OPENERS)
+                opener = turns_rng.choice(_CODE_OPENERS if problem.kind == "code" else _OPENERS)
                 code = reference_program(problem)
                 bug = plant_bug(problem, code, opener, turns_rng) if fails else None
                 script = ScriptedTurns(problem, code, opener, bug, turns_rng)
-                prompt = [Message("user", problem.prompt())]
-                traj = await rollout(prompt, script, box, configs[problem.is_code], random.Random(0))
+                prompt = problem.messages()
+                traj = await rollout(prompt, script, box, configs[problem.kind == "code"], random.Random(0))
                 if traj.stop_reason != "answer":
                     raise DemonstrationError(f"{problem.id}: demonstration ended with {traj.stop_reason}")
                 if bug is not None and traj.tool_failures != 1:

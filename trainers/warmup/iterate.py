@@ -55,9 +55,9 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from harness.benchmarks.generators import KINDS, GeneratedProblem, generate
+from harness.benchmarks.generators import GENERATORS, generate, generator_of
+from harness.benchmarks.problem import Problem
 from harness.core import seeds
-from harness.core.messages import Message
 from harness.core.metrics import Regenerations, TrajectoryMetrics, aggregate
 from harness.core.problems import rollout_config
 from harness.core.rollout import Generate, rollout
@@ -65,7 +65,6 @@ from harness.core.saar import SaarConfig
 from harness.core.toolenv import PROJECT
 from harness.engines.models import TOOLS_SFT_NAME, file_digest
 from trainers.core.config import ENGINE_DTYPES
-from trainers.core.data import item_from_problem
 from trainers.core.reward import compute_reward
 from trainers.warmup.artifacts import host, write_adapter
 from trainers.warmup.config import HELD_OUT_SEED, TRAIN_WEIGHTS
@@ -147,23 +146,23 @@ def problem_seed(seed: int, round_: int) -> int:
     return 100 * (seed + 1) + round_
 
 
-def round_problems(cfg: IterateConfig, round_: int) -> list[GeneratedProblem]:
-    weights = [cfg.stdin_weight if k == "stdin" else 1.0 for k in KINDS]
+def round_problems(cfg: IterateConfig, round_: int) -> list[Problem]:
+    weights = [cfg.stdin_weight if k == "stdin" else 1.0 for k in GENERATORS]
     return generate(cfg.problems, seed=problem_seed(cfg.seed, round_), weights=weights, prefix=f"iter{round_}")
 
 
-def trajectory_seed(cfg: IterateConfig, round_: int, problem: GeneratedProblem, sample: int) -> int:
+def trajectory_seed(cfg: IterateConfig, round_: int, problem: Problem, sample: int) -> int:
     """The seed of one trajectory: (run seed, round, problem, sample)."""
     return seeds.trajectory_seed(cfg.seed, f"iterate-round{round_}-{problem.id}", sample)
 
 
-def rollout_settings(cfg: IterateConfig, problem: GeneratedProblem) -> Any:
+def rollout_settings(cfg: IterateConfig, problem: Problem) -> Any:
     saar = SaarConfig(enabled=True, max_retries=cfg.max_retries)
-    return rollout_config("code" if problem.is_code else "math", max_turns=cfg.max_turns, saar=saar, tool_env=PROJECT)
+    return rollout_config(problem.kind, max_turns=cfg.max_turns, saar=saar, tool_env=PROJECT)
 
 
 async def sample_round(
-    cfg: IterateConfig, round_: int, make_generate: Any, backend: Any, problems: Sequence[GeneratedProblem]
+    cfg: IterateConfig, round_: int, make_generate: Any, backend: Any, problems: Sequence[Problem]
 ) -> list[Sampled]:
     """Every trajectory of a round (in problem, sample order), ``cfg.concurrency`` at a time.
 
@@ -171,15 +170,15 @@ async def sample_round(
     """
     gate = asyncio.Semaphore(cfg.concurrency)
 
-    async def one(problem: GeneratedProblem, sample: int) -> Sampled:
+    async def one(problem: Problem, sample: int) -> Sampled:
         async with gate:
             config = rollout_settings(cfg, problem)
             recorder = Recorder(make_generate(), config)
             box = await backend.acquire()
             try:
                 seed = trajectory_seed(cfg, round_, problem, sample)
-                traj = await rollout([Message("user", problem.prompt())], recorder, box, config, seed=seed)
-                outcome = await compute_reward(item_from_problem(problem), traj.final_text, box)
+                traj = await rollout(problem.messages(), recorder, box, config, seed=seed)
+                outcome = await compute_reward(problem, traj.final_text, box)
             finally:
                 await backend.release(box)
             return Sampled(problem, traj, outcome.correct, recorder.by_seed)
@@ -218,7 +217,7 @@ def round_examples(tokenizer: Any, selected: Sequence[Selected]) -> tuple[list[A
         except (DemonstrationError, TemplateError):
             dropped += 1
             continue
-        groups.append(s.demo.problem.is_code)
+        groups.append(s.demo.problem.kind == "code")
     return examples, groups, dropped
 
 
@@ -410,10 +409,10 @@ async def one_round(
     return {**figures, "adapter_sha256": file_digest(written / "adapter_model.safetensors")}
 
 
-def _kinds(problems: Sequence[GeneratedProblem]) -> dict[str, int]:
+def _kinds(problems: Sequence[Problem]) -> dict[str, int]:
     found: dict[str, int] = {}
     for p in problems:
-        found[p.kind] = found.get(p.kind, 0) + 1
+        found[generator_of(p)] = found.get(generator_of(p), 0) + 1
     return found
 
 

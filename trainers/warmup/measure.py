@@ -41,7 +41,7 @@ from typing import Any
 from inspect_ai.log import read_eval_log
 from inspect_ai.model import ChatMessage
 
-from harness.benchmarks.generators import MATH_KINDS, generate, write_aime_jsonl, write_lcb_jsonl
+from harness.benchmarks.generators import MATH_GENERATORS, generate, write_aime_jsonl, write_lcb_jsonl
 from harness.benchmarks.registry import WARM_MEASURE
 from harness.core.environ import temporary_environ
 from harness.core.kinds import Kind
@@ -180,11 +180,11 @@ def sources(out: Path, heldout_math: int, heldout_code: int, seed: int, fixtures
     """(name, task, data) of every source; the held-out files are written here."""
     found: list[tuple[str, str, str]] = []
     if heldout_math:
-        math = generate(heldout_math, seed=seed, kinds=MATH_KINDS, prefix="heldout")
+        math = generate(heldout_math, seed=seed, generators=MATH_GENERATORS, prefix="heldout")
         data = write_aime_jsonl(math, out / "data" / "heldout_math.jsonl")
         found.append(("held-out math", HELD_OUT_TASKS["math"], str(data)))
     if heldout_code:
-        code = generate(heldout_code, seed=seed + 1, kinds=("stdin",), prefix="heldout")
+        code = generate(heldout_code, seed=seed + 1, generators=("stdin",), prefix="heldout")
         data = write_lcb_jsonl(code, out / "data" / "heldout_stdin.jsonl")
         found.append(("held-out stdin", HELD_OUT_TASKS["code"], str(data)))
     if fixtures:

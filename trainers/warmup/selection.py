@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from harness.benchmarks.generators import GeneratedProblem
+from harness.benchmarks.problem import Problem
 from harness.core import seeds
 from harness.core.messages import Generation, Message
 from harness.core.metrics import INSTALLED_ACTIONS
@@ -70,7 +70,7 @@ class Recorder:
 class Sampled:
     """One trajectory a round sampled, with its outcome and its recorded generations."""
 
-    problem: GeneratedProblem
+    problem: Problem
     trajectory: Trajectory
     correct: bool  #: the strict training reward's verdict
     recorded: dict[int | None, Recorded] = field(default_factory=dict)
