@@ -41,6 +41,7 @@ from harness.core.rollout import CountTokens, RolloutConfig, rollout
 from harness.core.seeds import trajectory_seed
 from harness.engines.launch_check import check_vllm_command, vllm_would_start
 from harness.evals.convert import to_generation, to_inspect, tool_info
+from harness.evals.served_tools import send_tools_unconstrained
 from harness.evals.shared_prefix import generate_shared
 from harness.evals.tokenizers import known_tokenizer, model_tokenizer
 from sandboxes.base import ExecResult, Sandbox
@@ -159,6 +160,7 @@ def saar_agent(
         model = get_model()
         if vllm_would_start(model.api):
             check_vllm_command()  # Inspect is about to start `vllm serve`: say first if it cannot be found
+        send_tools_unconstrained(model.api)  # a served model may write any call, as the trainers' engines let it
         sandbox = TranscribedSandbox(current_sandbox(), config.tool_env.tool_name)
         seed = trajectory_seed(run_seed, state.sample_id, state.epoch)
         tok = model_tokenizer(model, tokenizer) if config.response_budget else known_tokenizer(model, tokenizer)
