@@ -102,7 +102,7 @@ class ReplaySampler(ReplayTokens):
         from harness.core import chat  # noqa: PLC0415
 
         super().__init__(script, tokenizer)
-        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
+        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer, at_call=False))
 
     async def __call__(self, context_ids: list[int], budget: int, seed: int | None) -> tuple[list[int], bool]:
         return self.next(context_ids, seed)
@@ -261,8 +261,7 @@ class ServedSampler(EngineSampler):
         from harness.core import chat  # noqa: PLC0415
 
         self.served, self.tokenizer, self.cfg, self.dtype = engine, tokenizer, cfg, cfg.engine_dtype
-        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
-        self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
+        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer, at_call=False))
         self.requests = 0
 
     @property
