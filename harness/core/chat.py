@@ -186,7 +186,7 @@ def end_of_turn(tokenizer: PreTrainedTokenizerBase) -> str:
 def tool_env_for(tokenizer: PreTrainedTokenizerBase, env: ToolEnv) -> ToolEnv:
     """``env`` for the model of ``tokenizer``: a profile whose call span runs to the end of the turn (``reference``)
     takes the model's end-of-turn token (:func:`end_of_turn`); any other is returned as is."""
-    return env.with_turn_end(end_of_turn(tokenizer)) if env.turn_end else env
+    return env.with_turn_end(end_of_turn(tokenizer)) if env.spans_turn else env
 
 
 def stop_strings(tokenizer: PreTrainedTokenizerBase | None = None, *, at_call: bool = True) -> list[str]:

@@ -251,8 +251,7 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         METADATA_KEY: concurrency.to_dict() if concurrency else None,
     }
     rollout_config = protocol.rollout_config(kind)
-    if rollout_config.response_budget:
-        check_tokenizer(options.tokenizer)  # no tokenizer to count with: the eval fails here, before any sample
+    check_tokenizer(rollout_config, options.tokenizer)  # a tokenizer needed and none: it fails here, before a sample
     end_on_sigterm()
     solver = saar_agent(
         rollout_config,
