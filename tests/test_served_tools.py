@@ -157,6 +157,7 @@ def test_a_served_models_call_span_ends_with_the_token_of_the_tokenizer_its_name
     event = first_event(log)
     assert event["similarity"] == pytest.approx(span_ratio("<|endoftext|>"))
     assert span_ratio("<|endoftext|>") != pytest.approx(span_ratio("<|im_end|>"))
+    assert log.eval.metadata["tool_env"]["turn_end"] == "<|endoftext|>"  # the log says which token it was
 
 
 def test_a_replay_script_may_name_its_models_end_of_turn_token(tmp_path, monkeypatch):

@@ -116,15 +116,14 @@ def for_model(model: Model, config: RolloutConfig, tokenizer: str | None = None)
     return tok, replace(config, tool_env=env)
 
 
-def check_tokenizer(config: RolloutConfig, tokenizer: str | None = None) -> None:
-    """Find what a rollout under ``config`` needs of the model being evaluated now (:func:`for_model`; a
-    :class:`TokenizerError` when a tokenizer is needed and there is none).
+def check_tokenizer(config: RolloutConfig, tokenizer: str | None = None) -> RolloutConfig:
+    """``config`` for the model being evaluated now (:func:`for_model`; a :class:`TokenizerError` when a tokenizer
+    is needed and there is none).
 
     Called when a task is built, inside an eval (Inspect makes the model active before it builds the tasks);
-    outside one (no active model) there is nothing to check yet.
+    outside one (no active model) there is nothing to check yet, and ``config`` is returned as it is.
     """
     from inspect_ai.model._model import active_model
 
     model = active_model()
-    if model is not None:
-        for_model(model, config, tokenizer)
+    return config if model is None else for_model(model, config, tokenizer)[1]
