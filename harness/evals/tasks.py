@@ -87,8 +87,9 @@ class TaskOptions:
     )
     tokenizer: str | None = setting(
         None,
-        "what a `reference` budget counts tool output with: a hub id or a path (needed for models whose name is not "
-        "one, e.g. `replay/`)",
+        "the model's tokenizer, which a `reference` budget counts tool output with and SAAR's `reference` call span "
+        "ends with (its end-of-turn token): a hub id or a path (needed for models whose name is not one, e.g. "
+        "`replay/`)",
         shown="the model's",
     )
     given: Mapping[str, Any] = field(default_factory=dict)  # the protocol settings given (not None)
