@@ -17,6 +17,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -30,7 +31,7 @@ class RecordingServer:
     """Answers the n-th chat completion with the n-th reply (the last one past the end) and keeps the request
     bodies; lists one model."""
 
-    def __init__(self, name: str, replies: tuple[str, ...] = ("The answer is \\boxed{25}.",)) -> None:
+    def __init__(self, name: str, replies: tuple[str, ...]) -> None:
         self.name, self.replies = name, replies
         self.requests: list[dict[str, Any]] = []
         server = self
@@ -72,13 +73,21 @@ class RecordingServer:
         threading.Thread(target=self.http.serve_forever, args=(0.05,), daemon=True).start()
 
 
+@contextmanager
+def serving(name: str, replies: tuple[str, ...] = ("The answer is \\boxed{25}.",)) -> Iterator[RecordingServer]:
+    recording = RecordingServer(name, replies)
+    try:
+        yield recording
+    finally:
+        recording.http.shutdown()
+        recording.http.server_close()
+
+
 @pytest.fixture
 def server(request) -> Iterator[RecordingServer]:
     # a name of its own: Inspect's vllm/ provider keeps one server (its address) per model name for the process
-    recording = RecordingServer(f"served-{request.node.callspec.id}")
-    yield recording
-    recording.http.shutdown()
-    recording.http.server_close()
+    with serving(f"served-{request.node.callspec.id}") as recording:
+        yield recording
 
 
 @pytest.mark.parametrize("provider", ["vllm", "sglang"])
@@ -147,13 +156,9 @@ def test_a_served_models_call_span_ends_with_the_token_of_the_tokenizer_its_name
     tokenizer.chat_template = tokenizer.chat_template.replace("<|im_end|>", "<|endoftext|>")
     model_dir = tmp_path / "model"
     tokenizer.save_pretrained(model_dir)
-    recording = RecordingServer(str(model_dir), TURNS)
     monkeypatch.chdir(TASKS_DIR.parent)
-    try:
+    with serving(str(model_dir), TURNS) as recording:
         log = evaluate(f"vllm/{model_dir}", tmp_path / "logs", model_base_url=recording.url)
-    finally:
-        recording.http.shutdown()
-        recording.http.server_close()
     event = first_event(log)
     assert event["similarity"] == pytest.approx(span_ratio("<|endoftext|>"))
     assert span_ratio("<|endoftext|>") != pytest.approx(span_ratio("<|im_end|>"))
@@ -172,14 +177,9 @@ def test_a_replay_script_may_name_its_models_end_of_turn_token(tmp_path, monkeyp
 def test_without_the_models_end_of_turn_token_the_eval_fails_before_its_first_sample(model, tmp_path, monkeypatch):
     monkeypatch.chdir(TASKS_DIR.parent)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    recording = RecordingServer(model.split("/", 1)[1])
-    try:
-        with pytest.raises(Exception) as failed:
-            log = evaluate(model, tmp_path / "logs", model_base_url=recording.url)
-            raise AssertionError(log.error.message if log.error else log.status)
-    finally:
-        recording.http.shutdown()
-        recording.http.server_close()
+    with serving(model.split("/", 1)[1]) as recording, pytest.raises(Exception) as failed:
+        log = evaluate(model, tmp_path / "logs", model_base_url=recording.url)
+        raise AssertionError(log.error.message if log.error else log.status)
     message = str(failed.value)
     assert "end-of-turn token" in message and repr(model) in message and "-T tokenizer=" in message, message
     assert recording.requests == []  # before the first sample
