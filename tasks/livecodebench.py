@@ -84,8 +84,9 @@ def livecodebench(
             acts) is generated once and read from Inspect's cache by the other arm (`compare` and `demo` set it)
         prompt_template: a prompt template file (`docs/benchmarks.md`, "Prompts"); a relative path resolves against
             `tasks/`; its sha256 is in the log
-        tokenizer: what a `reference` budget counts tool output with: a hub id or a path (needed for models whose
-            name is not one, e.g. `replay/`)
+        tokenizer: the model's tokenizer, which a `reference` budget counts tool output with and SAAR's `reference`
+            call span ends with (its end-of-turn token): a hub id or a path (needed for models whose name is not
+            one, e.g. `replay/`)
     """
     return registered_task("livecodebench", **locals())
 

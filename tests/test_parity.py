@@ -1,5 +1,6 @@
 """One replay model through the three rollout paths (Inspect eval, OpenRLHF executor, CPU trainer), under both tool
-environments: the same trajectories, verdicts and rewards (trainers.parity), and a path that parts is named."""
+environments: the same trajectories, tool results, SAAR events (failed calls regenerated shallow and deep, retries
+exhausted), verdicts and rewards (trainers.parity, the check's own script), and a path that parts is named."""
 
 from __future__ import annotations
 
@@ -15,23 +16,6 @@ import_or_skip("trl")
 from trainers import parity  # noqa: E402
 from trainers.core._compat import load_tokenizer  # noqa: E402
 
-AIME24 = parity.REPLAY_DIR / "aime24.yaml"
-SYMPY = "import sympy\\nprint(sympy.divisor_count(2**4 * 3**4)"
-
-
-def _script(tool_env: str, tmp: Path) -> Path:
-    """aime24's replay script with one wrong answer, its calls naming the tool environment's tool (``reference``
-    does not read a call to ``python``)."""
-    text = AIME24.read_text().replace("The remainder is \\boxed{401}", "The remainder is \\boxed{400}")
-    # no sympy import: under a loaded machine it can outlast the reference's 4 s on one path and not another
-    text = text.replace(SYMPY, "print(len([d for d in range(1, 1297) if 1296 % d == 0])")
-    assert "boxed{400}" in text and "sympy.divisor" not in text
-    if tool_env == "reference":
-        text = text.replace('"name": "python"', '"name": "code_interpreter"')
-    path = tmp / f"aime24-{tool_env}.yaml"
-    path.write_text(text)
-    return path
-
 
 @pytest.fixture(scope="module")
 def tokenizer():
@@ -40,8 +24,10 @@ def tokenizer():
 
 @pytest.fixture(scope="module", params=["project", "reference"])
 def runs(request, tmp_path_factory, tokenizer):
+    from harness.core.chat import end_of_turn
+
     tool_env = request.param
-    script = _script(tool_env, tmp_path_factory.mktemp(tool_env))
+    script = parity.profile_script(parity.SAAR_SCRIPT, tool_env, end_of_turn(tokenizer), tmp_path_factory.mktemp("s"))
     judge = "lenient" if tool_env == "project" else "reference"
     inspect_run, problems = parity.run_inspect("aime24", script, tool_env, judge=judge)
 
@@ -57,9 +43,10 @@ def runs(request, tmp_path_factory, tokenizer):
 
 def test_the_runs_exercise_tool_results_saar_and_both_verdicts(runs):
     samples = runs["inspect"].samples.values()
-    actions = {e["action"] for s in samples for e in s.saar_events}
-    assert {"shallow", "exhausted"} <= actions, actions
-    assert any(m["role"] == "tool" and m["ok"] for s in samples for m in s.messages)
+    actions = [e["action"] for s in samples for e in s.saar_events]
+    # failed calls regenerated into similar calls (shallow) and into others (deep), and retries exhausted
+    assert {"shallow", "deep", "exhausted"} <= set(actions), actions
+    assert {m["ok"] for s in samples for m in s.messages if m["role"] == "tool"} == {True, False}
     assert {s.correct for s in samples} == {True, False}  # a right and a wrong answer
     assert all(s.seeds and all(isinstance(x, int) for x in s.seeds) for s in samples)  # Inspect seeds every call
 
@@ -117,7 +104,7 @@ def test_the_command_prints_each_paths_first_difference_and_fails_when_one_diffe
     paths = [runs["inspect"], runs["executor"], runs["cpu"]]
     monkeypatch.setattr(parity, "run_paths", lambda *a, **k: paths)
     tool_env = runs["inspect"].tool_env
-    argv = ["parity", "--script", str(runs["script"]), "--task", "aime24", "--tool-env", tool_env]
+    argv = ["parity", "--model", "replay", "--script", str(runs["script"]), "--task", "aime24", "--tool-env", tool_env]
     assert main(argv) == 0  # seeds compared too: every path asks the engine with Inspect's seeds
     out = capsys.readouterr().out
     assert "inspect vs executor: same" in out and "inspect vs cpu: same" in out
@@ -135,14 +122,10 @@ def test_the_command_prints_each_paths_first_difference_and_fails_when_one_diffe
 
 
 @pytest.fixture(scope="module")
-def code_runs(tmp_path_factory, tokenizer):
+def code_runs(tokenizer):
     """The LiveCodeBench fixture under ``reference`` with the reference's judge: a stdin problem whose malformed
     call is purified, a functional (LeetCode) problem and a float-output problem."""
-    text = (
-        (parity.REPLAY_DIR / "livecodebench.yaml").read_text().replace('"name": "python"', '"name": "code_interpreter"')
-    )
-    script = tmp_path_factory.mktemp("code") / "livecodebench.yaml"
-    script.write_text(text)
+    script = parity.REPLAY_DIR / "livecodebench.yaml"  # its calls name code_interpreter under reference
     runs = parity.run_paths("livecodebench", script, "reference", judge="reference", tokenizer=tokenizer)
     return {run.path: run for run in runs}
 
@@ -155,3 +138,37 @@ def test_code_problems_are_compared_with_the_tests_of_the_tasks_own_loader(code_
     assert problems["fx_9001"].correct is False
     for path in ("executor", "cpu"):
         assert parity.first_difference(code_runs["inspect"], code_runs[path]) is None
+
+
+def test_the_command_runs_the_warm_model_and_the_checks_replay_script_under_each_profile(monkeypatch, capsys):
+    from trainers.__main__ import main
+
+    asked = []
+
+    def run_paths(task, model, tool_env, **kwargs):
+        asked.append((task, model if isinstance(model, Path) else type(model).__name__, tool_env))
+        return [parity.PathRun(path, tool_env) for path in ("inspect", "executor", "cpu")]
+
+    monkeypatch.setattr(parity, "run_paths", run_paths)
+    monkeypatch.setattr(parity, "warm_server", _NoServer)
+    assert main(["parity", "--tool-env", "project", "reference"]) == 0
+    assert asked == [
+        ("aime24", parity.SAAR_SCRIPT, "project"),
+        ("aime24", parity.SAAR_SCRIPT, "reference"),
+        ("aime24", "WarmModel", "project"),
+        ("aime24", "WarmModel", "reference"),
+    ]
+    assert main(["parity", "--model", "warm", "--script", "aime24.yaml"]) == 2
+    assert "--script is the replay model's" in capsys.readouterr().err
+
+
+class _NoServer:
+    """Stands in for the warm model's server."""
+
+    base_url, start_seconds = "http://127.0.0.1:0/v1", 0.0
+
+    def __enter__(self) -> _NoServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -22,6 +22,9 @@ from harness.core.saar import SaarConfig
 from harness.core.toolenv import PROJECT, REFERENCE, ToolEnv, get_tool_env
 from sandboxes.base import ExecResult, Sandbox
 
+#: ``reference`` for the reference's models (Qwen3), whose turns end with ``<|im_end|>``
+QWEN3 = REFERENCE.with_turn_end("<|im_end|>")
+
 
 def call(code: str, name: str, reasoning: str = "") -> str:
     return f"{reasoning}<tool_call>\n{json.dumps({'name': name, 'arguments': {'code': code}})}\n</tool_call>"
@@ -234,7 +237,7 @@ async def test_project_parsing_is_unchanged(local_sandbox) -> None:
 
 def test_reference_similarity_compares_the_calls_as_written() -> None:
     turn = call("print(1)", "code_interpreter", "Let me check.\n") + "\nmore"
-    parsed = protocol.parse_turn(turn, env=REFERENCE, call_id="call_0")
+    parsed = protocol.parse_turn(turn, env=QWEN3, call_id="call_0")
     # to the turn's end, its end-of-turn token included (tool_agent_loop.py lines 1040-1114)
     assert parsed.call is not None and parsed.call.raw == turn[turn.index("<tool_call>") :] + "<|im_end|>"
     assert parsed.call.name == "code_interpreter" and parsed.reasoning == "Let me check.\n"
@@ -254,7 +257,7 @@ def reference_ratio(old: str, new: str) -> float:
     return difflib.SequenceMatcher(None, reference_span(old), reference_span(new)).ratio()
 
 
-async def saar_run(turns: list[str], sandbox, *, max_turns: int = 16, env: ToolEnv = REFERENCE, **saar):
+async def saar_run(turns: list[str], sandbox, *, max_turns: int = 16, env: ToolEnv = QWEN3, **saar):
     it = iter(turns)
 
     async def generate(context: list[Message], *, seed: int | None = None, max_tokens: int | None = None):
@@ -315,13 +318,13 @@ async def test_a_regeneration_at_the_turn_limit_ends_the_trajectory(local_sandbo
     reaches the limit restores the state before the error and ends the trajectory (lines 846-852), with the
     failed turn last: no answer. The project regenerates and answers in the next turn."""
     for env, stop, roles in (
-        (REFERENCE, "max_turns", ["user", "assistant", "tool", "assistant"]),
+        (QWEN3, "max_turns", ["user", "assistant", "tool", "assistant"]),
         (PROJECT, "answer", ["user", "assistant", "tool", "assistant", "tool", "assistant"]),
     ):
         turns = [call("print(1)", env.tool_name), call("print(x)", env.tool_name), call("print(2)", env.tool_name)]
         traj = await saar_run([*turns, "\\boxed{2}"], local_sandbox, max_turns=3, env=env)
         assert traj.stop_reason == stop and [m.role for m in traj.messages] == roles
-        if env is REFERENCE:
+        if env is QWEN3:
             assert [e.action for e in traj.events] == ["max_turns"] and traj.final_text == ""
             assert traj.messages[-1].call.code == "print(x)" and traj.tokens_generated == 30
 
@@ -550,3 +553,19 @@ def test_the_inspect_eval_takes_the_end_of_turn_from_the_tokenizer_it_is_given(t
     )
     [event] = sample.metadata["trajectory"]["saar_events"]
     assert event["action"] == "shallow" and event["similarity"] == pytest.approx(expected)
+
+
+async def test_a_reference_rollout_whose_saar_compares_spans_needs_the_models_end_of_turn_token(local_sandbox):
+    """Nothing guesses the token a ``reference`` call span ends with: without it (no tokenizer said) a rollout
+    whose SAAR compares spans refuses to start; one with SAAR off, or comparing programs, runs."""
+    assert REFERENCE.turn_end is None and QWEN3.turn_end == "<|im_end|>"
+    with pytest.raises(ValueError, match="end-of-turn token, which is not known"):
+        await saar_run(["\\boxed{1}"], local_sandbox, env=REFERENCE)
+    for saar in (SaarConfig(enabled=False), SaarConfig(enabled=True, similarity="code")):
+        config = RolloutConfig(tool_env=REFERENCE, saar=saar)
+        traj = await rollout([user("q")], _answer, local_sandbox, config, random.Random(0))
+        assert traj.final_text == "\\boxed{1}"
+
+
+async def _answer(context: list[Message], *, seed: int | None = None, max_tokens: int | None = None) -> Generation:
+    return Generation("\\boxed{1}", output_tokens=1)

@@ -456,3 +456,36 @@ def test_the_cpu_trainer_s_correction_is_trl_s_on_the_engine_s_log_probs(tmp_pat
     expected = shift.exp().clamp(max=3.0) * torch.tensor([[1, 1, 1], [1, 1, 0]])  # a tool token: ratio 1, masked
     got = out["importance_sampling_ratio"] * torch.tensor([[1, 1, 1], [1, 1, 0]])
     assert torch.allclose(got, expected, atol=1e-4)
+
+
+def test_the_cpu_sampler_ends_a_call_turn_at_the_end_of_turn_token_as_openrlhfs_engine_does():
+    """A turn that closes its call and then ends: the sampler stops at the end-of-turn token, not at
+    ``</tool_call>`` (OpenRLHF's engine stops at the model's end-of-sequence only), so the call turn counts the
+    same tokens on the CPU trainer as on the executor."""
+    import asyncio
+
+    from harness.engines.generation import _check_stop, _Row
+    from trainers.core._compat import load_tokenizer
+    from trainers.cpu.rollouts import PolicySampler
+
+    tok = load_tokenizer()
+    asked = []
+
+    class Recorder:  # stands in for the batcher: what the sampler asks of the engine
+        async def generate(self, request):
+            asked.append(request)
+            return type("Result", (), {"token_ids": [], "finish_reason": "stop"})()
+
+    sampler = PolicySampler(None, tok, CpuConfig(max_new_tokens=64), max_batch=1)  # no request reaches the model
+    sampler.close()
+    sampler.batcher = Recorder()
+    asyncio.run(sampler([1, 2, 3], 64, seed=0))
+    turn = tok('<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call>')["input_ids"]
+    turn = [*turn, tok.convert_tokens_to_ids("<|im_end|>")]
+    row = _Row(asked[0], [])
+    for token in turn:
+        row.tokens.append(token)
+        _check_stop(row, tok)
+        if row.finish is not None:
+            break
+    assert (row.finish, len(row.tokens)) == ("stop_token", len(turn))

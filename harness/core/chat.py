@@ -9,8 +9,8 @@ is the text it is trained on. The model's own chat template does the rendering:
   message (:func:`tool_system_prompt`) and the calls inline, in the Hermes
   ``<tool_call>`` form, with tool results as ``<tool_response>`` user turns.
 
-Generation stops at the end of a call (``</tool_call>``) or at the end of the turn
-(:func:`stop_strings`).
+Evaluation's own engines stop a generation at the end of a call (``</tool_call>``) or at the end of the turn
+(:func:`stop_strings`); the trainers' engines, as OpenRLHF's, only at the end of the turn (``at_call=False``).
 """
 
 from __future__ import annotations
@@ -186,17 +186,17 @@ def end_of_turn(tokenizer: PreTrainedTokenizerBase) -> str:
 def tool_env_for(tokenizer: PreTrainedTokenizerBase, env: ToolEnv) -> ToolEnv:
     """``env`` for the model of ``tokenizer``: a profile whose call span runs to the end of the turn (``reference``)
     takes the model's end-of-turn token (:func:`end_of_turn`); any other is returned as is."""
-    return env.with_turn_end(end_of_turn(tokenizer)) if env.turn_end else env
+    return env.with_turn_end(end_of_turn(tokenizer)) if env.spans_turn else env
 
 
-def stop_strings(tokenizer: PreTrainedTokenizerBase | None = None) -> list[str]:
-    """Where a generated turn ends: after a complete tool call, or at the end of the turn.
+def stop_strings(tokenizer: PreTrainedTokenizerBase | None = None, *, at_call: bool = True) -> list[str]:
+    """Where a generated turn ends: after a complete tool call (``at_call``), or at the end of the turn.
 
     The end-of-turn strings are the tokenizer's end-of-sequence token and the common
     end-of-turn markers that are in its vocabulary. A generation that stops at
     ``</tool_call>`` keeps the closing tag in its text.
     """
-    stops = [CALL_CLOSE]
+    stops = [CALL_CLOSE] if at_call else []
     if tokenizer is None:
         return stops + ["<|im_end|>"]
     vocab = tokenizer.get_vocab()
@@ -208,10 +208,16 @@ def stop_strings(tokenizer: PreTrainedTokenizerBase | None = None) -> list[str]:
     return stops
 
 
-def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """Token ids that end a turn (the single-token entries of :func:`stop_strings`)."""
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase, *, at_call: bool = True) -> list[int]:
+    """Token ids that end a turn (the single-token entries of :func:`stop_strings`).
+
+    The trainers' engines stop at ``at_call=False``'s, the end of the turn only, as OpenRLHF's engine does (it
+    stops at the model's end-of-sequence tokens): a call turn holds what the model writes after ``</tool_call>``
+    and ends with its end-of-turn token on every training path. (The end-of-turn markers are single tokens, so
+    these ids are all of :func:`stop_strings` there.)
+    """
     vocab = tokenizer.get_vocab()
-    ids = [vocab[s] for s in stop_strings(tokenizer) if s in vocab]
+    ids = [vocab[s] for s in stop_strings(tokenizer, at_call=at_call) if s in vocab]
     if tokenizer.eos_token_id is not None and tokenizer.eos_token_id not in ids:
         ids.append(tokenizer.eos_token_id)
     return ids

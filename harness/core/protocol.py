@@ -210,7 +210,8 @@ class StrictCalls:
 
     parse: ClassVar[str] = "strict"
     fenced: bool = True  #: whether a fenced ``json`` call object and a bare fenced ``python`` block are calls
-    turn_end: ClassVar[str] = ""  #: a span never runs past its call
+    spans_turn: ClassVar[bool] = False  #: a span never runs past its call
+    turn_end: ClassVar[str | None] = ""
 
     def with_turn_end(self, turn_end: str) -> StrictCalls:
         return self
@@ -254,12 +255,14 @@ class RepairedCalls:
     1040-1114: the tokens from the first one whose text holds the tag, decoded with special tokens; compared
     at line 908); a failed call keeps it in ``meta["call_raw"]``, so that SAAR compares it too. The generated
     text does not hold that token: ``turn_end`` is the model's (:func:`harness.core.chat.tool_env_for` sets it
-    from the tokenizer), Qwen3's ``<|im_end|>`` (the reference's models') until a tokenizer says otherwise.
+    from the tokenizer), None until the model says (a span is then the call to the end of the turn, and a rollout
+    whose SAAR would compare spans refuses to start: :attr:`harness.core.rollout.RolloutConfig.compares_turn_ends`).
     """
 
     parse: ClassVar[str] = "repair"
     fenced: ClassVar[bool] = False
-    turn_end: str = "<|im_end|>"  #: the text of the token that ends the model's turn
+    spans_turn: ClassVar[bool] = True
+    turn_end: str | None = None  #: the text of the token that ends the model's turn (None: not known)
 
     def with_turn_end(self, turn_end: str) -> RepairedCalls:
         return replace(self, turn_end=turn_end)
@@ -268,7 +271,7 @@ class RepairedCalls:
         start = text.find(CALL_OPEN)
         if start < 0 or CALL_CLOSE not in text:
             return ParsedTurn(text)
-        raw = text[start:] + self.turn_end
+        raw = text[start:] + (self.turn_end or "")
         pairs = list(_CALL_PAIR.finditer(text))
         reads = [r for r in (_repaired_call(m.group(1), raw, call_id, env) for m in pairs) if r is not None]
         if not reads:

@@ -70,6 +70,13 @@ class RolloutConfig:
         """Whether ``max_total_tokens`` counts every response token and caps each generation."""
         return self.tool_env.counts_response and self.max_total_tokens is not None
 
+    @property
+    def compares_turn_ends(self) -> bool:
+        """Whether SAAR may compare call spans that run to the end of their turn, the model's end-of-turn token
+        included (``reference``), so that the token must be known (:func:`harness.core.chat.tool_env_for`)."""
+        saar = self.saar
+        return saar.enabled and saar.prob > 0 and saar.similarity == "call" and self.tool_env.spans_turn
+
 
 @dataclass
 class Trajectory:
@@ -135,6 +142,12 @@ class RolloutState:
             raise ValueError(
                 f"the {config.tool_env.name!r} tool environment counts tool output in the response budget: "
                 "the rollout needs count_tokens (the model's tokenizer)"
+            )
+        if config.compares_turn_ends and config.tool_env.turn_end is None:
+            raise ValueError(
+                f"the {config.tool_env.name!r} tool environment's SAAR compares a call's span to the model's "
+                "end-of-turn token, which is not known: the rollout needs the profile for the model "
+                "(harness.core.chat.tool_env_for(tokenizer, env), or env.with_turn_end(token))"
             )
         self.messages = list(messages)
         self.count_tokens = count_tokens

@@ -68,7 +68,10 @@ class Reading(Protocol):
     def fenced(self) -> bool: ...
 
     @property
-    def turn_end(self) -> str: ...
+    def spans_turn(self) -> bool: ...
+
+    @property
+    def turn_end(self) -> str | None: ...
 
     def with_turn_end(self, turn_end: str) -> Reading: ...
 
@@ -161,8 +164,14 @@ class ToolEnv:
         return self.budget == "response"
 
     @property
-    def turn_end(self) -> str:
-        """The text of the token that ends a turn, which a call's span runs to ("": the span ends with the call)."""
+    def spans_turn(self) -> bool:
+        """Whether a call's span runs to the end of its turn, the model's end-of-turn token included."""
+        return self.reading.spans_turn
+
+    @property
+    def turn_end(self) -> str | None:
+        """The text of the token that ends a turn, which a call's span runs to ("": the span ends with the call;
+        None: the span runs to the turn's end, and the model's token there is not known yet)."""
         return self.reading.turn_end
 
     def with_turn_end(self, turn_end: str) -> ToolEnv:
@@ -253,7 +262,7 @@ REFERENCE = ToolEnv(
     name="reference",
     tool=Tool("code_interpreter", "A tool for executing code.", "The code to execute."),
     aliases=("code_interpreter",),
-    reading=RepairedCalls(),  # spans end with Qwen3's <|im_end|> (the reference's models) until a tokenizer says
+    reading=RepairedCalls(),  # spans end with the model's end-of-turn token, unknown until its tokenizer says
     execution=EchoExecution(),
     framing=ReferenceFraming(),
     timeout=4.0,

@@ -8,6 +8,10 @@ A script is a YAML (or JSON) file::
           - "Let me compute.\\n<tool_call>{...}</tool_call>"
           - {text: "...", truncated: true}   # a generation that hit its length limit
     default: ["\\\\boxed{0}"]                  # for prompts no entry matches
+    turn_end: "<|im_end|>"                    # optional: the token that ends the scripted model's turns
+
+A script has no tokenizer; ``turn_end`` names the end-of-turn token of the model it stands for, which the
+``reference`` tool environment's SAAR compares a call's span to (:mod:`harness.evals.tokenizers`).
 
 Each generate call of a sample takes the next turn of its entry, whatever the
 context (a SAAR regeneration is simply the next completion). Past the end of the
@@ -52,6 +56,7 @@ class ReplayScript:
     entries: tuple[Entry, ...]
     default: tuple[Turn, ...] = ()
     source: str = "<memory>"
+    turn_end: str | None = None  #: the scripted model's end-of-turn token, when the script names it
 
     @classmethod
     def load(cls, path: str | Path) -> ReplayScript:
@@ -75,7 +80,10 @@ class ReplayScript:
         default = _turns(data["default"], f"{source}: default") if "default" in data else ()
         if not entries and not default:
             raise ReplayScriptError(f"{source}: the script has no samples and no default")
-        return cls(tuple(entries), default, source)
+        turn_end = data.get("turn_end")
+        if turn_end is not None and (not isinstance(turn_end, str) or not turn_end.strip()):
+            raise ReplayScriptError(f"{source}: 'turn_end' must be the text of a token, got {turn_end!r}")
+        return cls(tuple(entries), default, source, turn_end)
 
     def turns_for(self, prompt: str) -> tuple[Turn, ...]:
         for entry in self.entries:

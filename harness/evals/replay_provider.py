@@ -26,7 +26,8 @@ _COUNTER = "replay:calls"
 
 
 class ReplayAPI(ModelAPI):
-    #: a replay script has no tokenizer: a response budget needs ``-T tokenizer`` (harness.evals.tokenizers)
+    #: a replay script has no tokenizer: a response budget needs ``-T tokenizer``, and the ``reference`` call span
+    #: the script's ``turn_end`` or ``-T tokenizer`` (harness.evals.tokenizers)
     tokenizer_free = True
 
     def __init__(
@@ -42,6 +43,8 @@ class ReplayAPI(ModelAPI):
         if not path.is_file() and (Path(__file__).parents[1] / "data" / "replay" / model_name).is_file():
             path = Path(__file__).parents[1] / "data" / "replay" / model_name  # a bundled script by name
         self.script = ReplayScript.load(path)
+        #: the end-of-turn token of the model the script stands for, when it names one (harness.evals.tokenizers)
+        self.turn_end = self.script.turn_end
 
     async def generate(
         self,

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
 from typing import Any
 
 from inspect_ai.log import transcript
@@ -35,14 +34,15 @@ from inspect_ai.util import ExecResult as InspectExecResult
 from inspect_ai.util import OutputLimitExceededError, SandboxEnvironment, SandboxEnvironmentConfigType, span
 from inspect_ai.util import sandbox as inspect_sandbox
 
-from harness.core.chat import tool_env_for, tool_result_counter
+from harness.core.chat import tool_result_counter
 from harness.core.messages import Generation, Message
 from harness.core.rollout import CountTokens, RolloutConfig, rollout
 from harness.core.seeds import trajectory_seed
 from harness.engines.launch_check import check_vllm_command, vllm_would_start
 from harness.evals.convert import to_generation, to_inspect, tool_info
+from harness.evals.served_tools import send_tools_unconstrained
 from harness.evals.shared_prefix import generate_shared
-from harness.evals.tokenizers import known_tokenizer, model_tokenizer
+from harness.evals.tokenizers import for_model
 from sandboxes.base import ExecResult, Sandbox
 
 #: Key of the trajectory summary in a sample's metadata.
@@ -148,9 +148,9 @@ def saar_agent(
         share_prefix: arms with the same id generate the requests they have in common once
             (:mod:`harness.evals.shared_prefix`); None: every request is generated.
         max_tokens: tokens per generation (the task's own limit; a response budget may lower it per call).
-        tokenizer: the model's tokenizer (:func:`harness.evals.tokenizers.model_tokenizer`): what a response budget
+        tokenizer: the model's tokenizer (:func:`harness.evals.tokenizers.for_model`): what a response budget
             counts tool output with, and where the model's end-of-turn token comes from
-            (:func:`harness.core.chat.tool_env_for`; loaded for that alone only when given or embedded).
+            (:func:`harness.core.chat.tool_env_for`).
     """
     tools = [tool_info(config.tool_env)]
     task_max_tokens = max_tokens
@@ -159,11 +159,11 @@ def saar_agent(
         model = get_model()
         if vllm_would_start(model.api):
             check_vllm_command()  # Inspect is about to start `vllm serve`: say first if it cannot be found
+        send_tools_unconstrained(model.api)  # a served model may write any call, as the trainers' engines let it
         sandbox = TranscribedSandbox(current_sandbox(), config.tool_env.tool_name)
         seed = trajectory_seed(run_seed, state.sample_id, state.epoch)
-        tok = model_tokenizer(model, tokenizer) if config.response_budget else known_tokenizer(model, tokenizer)
+        tok, run_config = for_model(model, config, tokenizer)  # the tool environment for this model
         count_tokens: CountTokens | None = tool_result_counter(tok) if config.response_budget else None
-        run_config = config if tok is None else replace(config, tool_env=tool_env_for(tok, config.tool_env))
 
         async def model_generate(
             messages: list[Message], *, seed: int | None = None, max_tokens: int | None = None

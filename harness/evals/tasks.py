@@ -87,8 +87,9 @@ class TaskOptions:
     )
     tokenizer: str | None = setting(
         None,
-        "what a `reference` budget counts tool output with: a hub id or a path (needed for models whose name is not "
-        "one, e.g. `replay/`)",
+        "the model's tokenizer, which a `reference` budget counts tool output with and SAAR's `reference` call span "
+        "ends with (its end-of-turn token): a hub id or a path (needed for models whose name is not one, e.g. "
+        "`replay/`)",
         shown="the model's",
     )
     given: Mapping[str, Any] = field(default_factory=dict)  # the protocol settings given (not None)
@@ -213,9 +214,10 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     and pass@k for k = the epochs that run (``-T epochs``, the preset's, or ``inspect eval --epochs``).
 
     Everything a bad argument can break (the tool environment, the judge, the prompt template file, the data,
-    the tokenizer a response budget counts with) is loaded and checked here, before any sample runs; SIGTERM
-    then ends the eval as Ctrl-C does (:func:`end_on_sigterm`). The log's task metadata records the resolved protocol,
-    the whole tool environment (``tool_env``), the prompt templates' file and hash (``prompt_template``) and
+    the tokenizer a response budget counts with and the ``reference`` call span ends with) is loaded and checked
+    here, before any sample runs; SIGTERM then ends the eval as Ctrl-C does (:func:`end_on_sigterm`). The log's
+    task metadata records the resolved protocol, the whole tool environment for the model (``tool_env``: its
+    end-of-turn token included), the prompt templates' file and hash (``prompt_template``) and
     the protocol card (``card``: :mod:`harness.reports.card`). A task on docker records its pool's bound with the
     sandbox provider (:func:`sandboxes.inspect_provider.expect_sandboxes`), so that Inspect runs no more samples'
     sandboxes at once than the pool can give.
@@ -230,11 +232,14 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
     where = sandbox_metadata(sandbox.config)
     expect_sandboxes(where)  # a docker pool's bound becomes Inspect's limit on sandboxes at once
     config = generate_config(protocol)
+    rollout_config = protocol.rollout_config(kind)
+    # a tokenizer needed and none: it fails here, before a sample; the profile for the model being evaluated
+    env = check_tokenizer(rollout_config, options.tokenizer).tool_env
     metadata: dict[str, Any] = {
         "preset": options.preset,
         "kind": kind,
         "protocol": protocol.to_dict(),
-        "tool_env": protocol.env.to_dict(),
+        "tool_env": env.to_dict(),
         "prompt_template": {"source": templates.source, "sha256": templates.sha256},
         "card": protocol_card(options.preset, kind, protocol, templates),
         "tokenizer": options.tokenizer,
@@ -250,9 +255,6 @@ def benchmark_task(load: LoadProblems, scorer: MakeScorer, options: TaskOptions)
         # samples at once (a preset's; None: Inspect's defaults), read by the idle-engine warning
         METADATA_KEY: concurrency.to_dict() if concurrency else None,
     }
-    rollout_config = protocol.rollout_config(kind)
-    if rollout_config.response_budget:
-        check_tokenizer(options.tokenizer)  # no tokenizer to count with: the eval fails here, before any sample
     end_on_sigterm()
     solver = saar_agent(
         rollout_config,

@@ -122,8 +122,8 @@ def engine_env() -> dict[str, str]:
 class EngineSampler:
     """vLLM's engine as the CPU trainer's generator (the interface of :class:`trainers.cpu.rollouts.PolicySampler`).
 
-    Token ids in, sampled ids out; a turn ends at the end-of-turn token or after a complete tool call
-    (the same stops as the in-process sampler), each request with its own seed. The engine is built in
+    Token ids in, sampled ids out; a turn ends at the end-of-turn token (the same stops as the in-process
+    sampler and OpenRLHF's engine), each request with its own seed. The engine is built in
     ``cfg.engine_dtype`` from the warm model's served directory and gets the policy's merged weights with
     :meth:`sync` after every optimizer step, so what it samples is the policy's distribution (in float32
     exactly; in bfloat16 the policy rounded to bfloat16).
@@ -136,8 +136,7 @@ class EngineSampler:
         for key, value in engine_env().items():
             os.environ.setdefault(key, value)
         self.tokenizer, self.cfg, self.dtype = tokenizer, cfg, cfg.engine_dtype
-        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
-        self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
+        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer, at_call=False))
         # the harness's engine on CPU: the model in the engine-core process (no worker process polling the core the
         # trainer computes on), whole prefills only (a chunked prefill of a seeded request kills vLLM 0.32 on CPU)
         self.engine = OfflineEngine(model_dir, dtype=self.dtype, max_model_len=max_model_len, seed=cfg.seed).engine
@@ -160,8 +159,6 @@ class EngineSampler:
             top_p=self.cfg.top_p,
             seed=seed,
             stop_token_ids=list(self.stop_token_ids),
-            stop=list(self.stop_strings),
-            include_stop_str_in_output=True,
             skip_special_tokens=False,
             logprobs=None if samples is None else 0,
         )

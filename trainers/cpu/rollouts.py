@@ -45,9 +45,8 @@ class PolicySampler:
 
         self.tokenizer, self.cfg = tokenizer, cfg
         self.batcher = Batcher(model, tokenizer, max_batch=max_batch, window_s=cfg.batch_window_s)
-        # a turn ends where evaluation ends it: at the end-of-turn token or after a complete tool call
-        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
-        self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
+        # a turn ends where OpenRLHF's engine ends it: at the end-of-turn token (a call turn too)
+        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer, at_call=False))
 
     async def __call__(self, context_ids: list[int], budget: int, seed: int | None) -> tuple[list[int], bool]:
         """Sample one turn after ``context_ids`` (at most ``budget`` tokens); return its ids and truncation."""
@@ -62,7 +61,6 @@ class PolicySampler:
             top_p=self.cfg.top_p,
             seed=seed,
             stop_token_ids=self.stop_token_ids,
-            stop_strings=self.stop_strings,
         )
         result = await self.batcher.generate(Request(context_ids, sampling))
         return result.token_ids, result.finish_reason == "length"

@@ -1,8 +1,9 @@
-"""One frozen model through the three rollout paths, compared: `python -m trainers parity --script <replay.yaml>`.
+"""One frozen model through the three rollout paths, compared: `python -m trainers parity`.
 
-The frozen model is a replay script (:mod:`harness.engines.replay`), or with ``--model warm`` the warm model on
-vLLM in float32 (:class:`WarmModel`). The same problems (a benchmark's fixture, or a file) and the same run seed go
-through
+The frozen model is the warm model on vLLM in float32 (``--model warm``, :class:`WarmModel`) and a replay script
+(``--model replay``, :mod:`harness.engines.replay`: by default :data:`SAAR_SCRIPT`, whose failed calls SAAR
+regenerates, shallow and deep); both by default, each in turn. The same problems (a benchmark's fixture, or a file)
+and the same run seed go through
 
 * ``inspect``: the benchmark's Inspect task (``tasks/<name>.py``, :mod:`harness.evals.solver`) with
   ``--model replay/<script>`` (or ``vllm/`` on the warm model's server), read back from its real eval log;
@@ -36,11 +37,13 @@ from trainers.parity.models import (
     JUDGES,
     MODELS,
     REPLAY_DIR,
+    SAAR_SCRIPT,
     FrozenModel,
     ReplayModel,
     WarmModel,
     WarmSettings,
     executor_config,
+    profile_script,
     resolve_script,
     warm_server,
 )
@@ -51,6 +54,7 @@ __all__ = [
     "JUDGES",
     "MODELS",
     "REPLAY_DIR",
+    "SAAR_SCRIPT",
     "FrozenModel",
     "ParityError",
     "PathRun",
@@ -63,6 +67,7 @@ __all__ = [
     "executor_config",
     "first_difference",
     "main",
+    "profile_script",
     "resolve_script",
     "run_cpu",
     "run_executor",
@@ -75,12 +80,18 @@ __all__ = [
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
-        default="replay",
+        nargs="+",
+        default=list(MODELS),
         choices=MODELS,
-        help="the frozen model: a replay script (--script), or the warm model on vLLM in float32 (its server on "
-        "loopback, one engine for the three paths)",
+        help="the frozen model, or several (each run in turn): a replay script (--script), the warm model on vLLM "
+        "in float32 (its server on loopback, one engine for the three paths)",
     )
-    parser.add_argument("--script", default=None, help="a replay script: a path, or a bundled name (aime24.yaml)")
+    parser.add_argument(
+        "--script",
+        default=None,
+        help="--model replay: a replay script, a path or a bundled name (aime24.yaml); default: the check's own, "
+        "whose failed calls SAAR regenerates shallow and deep, on the aime24 fixture",
+    )
     parser.add_argument(
         "--task",
         default=None,
@@ -128,24 +139,40 @@ def _report(task: str, what: str, tool_env: str, judge: str, runs: list[PathRun]
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run the three paths under each tool environment and print, for each pair of paths, ``same`` or where
-    it first differs; 1 when any differs."""
-    if args.model == "replay":
-        if args.script is None:
-            raise ParityError("--model replay needs --script (a replay script)")
-        script = resolve_script(args.script)
-        task = args.task or script.stem
-        status = 0
-        for tool_env in args.tool_env:
-            runs = run_paths(task, script, tool_env, judge=args.judge, seed=args.seed, log_dir=args.log_dir)
-            status |= _report(task, f"replay {script.name}", tool_env, args.judge, runs, not args.no_seeds)
-        return status
-    if args.script is not None:
-        raise ParityError("--script is the replay model's; --model warm runs the warm model")
+    """Run the three paths with each frozen model under each tool environment and print, for each pair of paths,
+    ``same`` or where it first differs; 1 when any differs."""
+    models = list(dict.fromkeys(args.model))
+    if args.script is not None and "replay" not in models:
+        raise ParityError("--script is the replay model's: add --model replay")
+    settings = _warm_settings(args) if "warm" in models else None  # refused before anything runs
+    status = 0
+    for model in models:
+        if model == "warm":
+            assert settings is not None
+            status |= _warm(args, settings)
+        else:
+            status |= _replay(args)
+    return status
+
+
+def _replay(args: argparse.Namespace) -> int:
+    script = resolve_script(args.script) if args.script is not None else SAAR_SCRIPT
+    task, status = args.task or script.stem, 0
+    for tool_env in args.tool_env:
+        runs = run_paths(task, script, tool_env, judge=args.judge, seed=args.seed, log_dir=args.log_dir)
+        status |= _report(task, f"replay {script.name}", tool_env, args.judge, runs, not args.no_seeds)
+    return status
+
+
+def _warm_settings(args: argparse.Namespace) -> WarmSettings:
     data = args.data if args.data == "fixture" else str(Path(args.data).resolve())
     settings = WarmSettings(args.limit, data, args.max_tokens, args.max_turns, args.budget)
     for tool_env in args.tool_env:
         settings.check(tool_env)
+    return settings
+
+
+def _warm(args: argparse.Namespace, settings: WarmSettings) -> int:
     task, status = args.task or "aime24", 0
     with warm_server() as server:
         print(f"vLLM ({WarmModel.dtype}) on {server.base_url}, started in {server.start_seconds:.0f} s", flush=True)

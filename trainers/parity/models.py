@@ -5,6 +5,7 @@ trainer's sampler; and the trainers' settings that match the Inspect task's (:fu
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from harness.core.saar import SaarConfig
-from harness.core.toolenv import get_tool_env
+from harness.core.toolenv import PROJECT, get_tool_env
 from harness.engines.replay import ReplayScript
 from trainers.core.engine_sync import EngineSampler
 from trainers.parity.records import ParityError
@@ -22,6 +23,9 @@ REPLAY_DIR = ROOT / "harness" / "data" / "replay"
 JUDGES = ("lenient", "reference")
 #: The frozen models: a replay script, or the warm model on vLLM (float32, its OpenAI server on loopback).
 MODELS = ("replay", "warm")
+#: The check's own replay script, on the aime24 fixture: a call that runs, a failed call regenerated shallow and
+#: deep, retries exhausted, a right and a wrong answer.
+SAAR_SCRIPT = Path(__file__).with_name("aime24.yaml")
 
 
 def resolve_script(script: str | Path) -> Path:
@@ -32,6 +36,42 @@ def resolve_script(script: str | Path) -> Path:
     if (REPLAY_DIR / path).is_file():
         return REPLAY_DIR / path
     raise ParityError(f"replay script {script} not found (nor in {REPLAY_DIR})")
+
+
+def profile_script(script: Path, tool_env: str, turn_end: str, directory: Path) -> Path:
+    """``script`` as the model it stands for writes it under ``tool_env``: its calls of the project's tool name
+    that environment's tool (the tool its prompt shows), and a script that names no end-of-turn token takes
+    ``turn_end`` (the token paths' tokenizer's, so that the three paths run one model). Written into
+    ``directory``; ``script`` itself when nothing changes."""
+    env = get_tool_env(tool_env, "--tool-env")
+    data = ReplayScript.load(script)  # checked as the paths will read it
+    raw = json.loads(script.read_text()) if script.suffix == ".json" else _yaml(script)
+    call, ours = f'"name": "{PROJECT.tool_name}"', f'"name": "{env.tool_name}"'
+
+    def named(turn: Any) -> Any:
+        if isinstance(turn, dict):
+            return {**turn, "text": turn["text"].replace(call, ours)}
+        return turn.replace(call, ours)
+
+    changed = dict(raw)
+    for key in ("samples", "default"):
+        if key == "samples" and key in raw:
+            changed[key] = [{**entry, "turns": [named(t) for t in entry["turns"]]} for entry in raw[key]]
+        elif key in raw:
+            changed[key] = [named(t) for t in raw[key]]
+    if data.turn_end is None and env.spans_turn:
+        changed["turn_end"] = turn_end
+    if changed == raw:
+        return script
+    path = directory / f"{script.stem}-{env.name}.json"
+    path.write_text(json.dumps(changed, indent=1))
+    return path
+
+
+def _yaml(path: Path) -> Any:
+    import yaml  # noqa: PLC0415
+
+    return yaml.safe_load(path.read_text())
 
 
 @dataclass(frozen=True)
@@ -102,7 +142,7 @@ class ReplaySampler(ReplayTokens):
         from harness.core import chat  # noqa: PLC0415
 
         super().__init__(script, tokenizer)
-        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
+        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer, at_call=False))
 
     async def __call__(self, context_ids: list[int], budget: int, seed: int | None) -> tuple[list[int], bool]:
         return self.next(context_ids, seed)
@@ -261,8 +301,7 @@ class ServedSampler(EngineSampler):
         from harness.core import chat  # noqa: PLC0415
 
         self.served, self.tokenizer, self.cfg, self.dtype = engine, tokenizer, cfg, cfg.engine_dtype
-        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer))
-        self.stop_strings = tuple(s for s in chat.stop_strings(tokenizer) if s not in tokenizer.get_vocab())
+        self.stop_token_ids = tuple(chat.stop_token_ids(tokenizer, at_call=False))
         self.requests = 0
 
     @property

@@ -16,7 +16,7 @@ from harness.benchmarks.problem import Problem
 from harness.benchmarks.registry import TASKS_DIR
 from harness.core.rollout import Trajectory
 from harness.core.seeds import trajectory_seed
-from trainers.parity.models import Asked, FrozenModel, frozen_model
+from trainers.parity.models import Asked, FrozenModel, frozen_model, profile_script
 from trainers.parity.records import (
     ParityError,
     PathRun,
@@ -216,17 +216,22 @@ def run_paths(
     log_dir: str | None = None,
     tokenizer: Any = None,
 ) -> list[PathRun]:
-    """The three paths on ``task``'s fixture with the frozen model (a replay script's path: that script) under
-    ``tool_env`` (the Inspect run gives the problems; its eval log is kept in ``log_dir`` when given)."""
-    inspect_run, problems = run_inspect(task, model, tool_env, judge=judge, seed=seed, log_dir=log_dir)
+    """The three paths on ``task``'s fixture with the frozen model (a replay script's path: that script, as the
+    model writes it under ``tool_env``: :func:`~trainers.parity.models.profile_script`) under ``tool_env`` (the
+    Inspect run gives the problems; its eval log is kept in ``log_dir`` when given)."""
+    from harness.core.chat import end_of_turn  # noqa: PLC0415
     from trainers.core._compat import load_tokenizer  # noqa: PLC0415
 
     tok = tokenizer or load_tokenizer()
+    with tempfile.TemporaryDirectory() as tmp:
+        if isinstance(model, Path):
+            model = profile_script(model, tool_env, end_of_turn(tok), Path(tmp))
+        inspect_run, problems = run_inspect(task, model, tool_env, judge=judge, seed=seed, log_dir=log_dir)
 
-    async def trainers() -> list[PathRun]:
-        return [
-            await run_executor(problems, model, tool_env, judge=judge, seed=seed, tokenizer=tok),
-            await run_cpu(problems, model, tool_env, judge=judge, seed=seed, tokenizer=tok),
-        ]
+        async def trainers() -> list[PathRun]:
+            return [
+                await run_executor(problems, model, tool_env, judge=judge, seed=seed, tokenizer=tok),
+                await run_cpu(problems, model, tool_env, judge=judge, seed=seed, tokenizer=tok),
+            ]
 
-    return [inspect_run, *asyncio.run(trainers())]
+        return [inspect_run, *asyncio.run(trainers())]
