@@ -7,6 +7,8 @@ import os
 import pytest
 from engine_leaks import MARK, kill, leftover_engines
 
+from harness.engines.models import CACHE_ENV
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("INSPECT_LOG_DIR", "logs/tests")
@@ -23,6 +25,23 @@ def no_engine_left_running(request: pytest.FixtureRequest):
         kill(left)
         listing = "\n".join(f"  {pid}: {command}" for pid, command in left.items())
         pytest.fail(f"{request.module.__name__} left engine processes running (now killed):\n{listing}")
+
+
+_SESSION_MODEL_CACHE = os.environ.get(CACHE_ENV)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def model_cache_put_back(request: pytest.FixtureRequest):
+    """A module that leaves the model cache pointed at a directory of its own fails: every later module's models
+    were converted into it again (a GGUF's conversion and a served directory's writing take seconds each)."""
+    yield
+    left, session = os.environ.get(CACHE_ENV), _SESSION_MODEL_CACHE
+    if left != session:
+        if session is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = session
+        pytest.fail(f"{request.module.__name__} left {CACHE_ENV}={left!r} (the session's is {session!r}; put back)")
 
 
 @pytest.fixture(autouse=True)

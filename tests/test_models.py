@@ -1,7 +1,7 @@
 """harness.engines.models and the ``embedded`` Inspect provider (harness.evals.embedded).
 
-The slow tests load the real embedded SmolLM2-135M-Instruct GGUF once per session
-(into a session-local model cache) and run a real one-sample Inspect eval on it.
+The slow tests load the real embedded SmolLM2-135M-Instruct GGUF once (into a model cache of the
+module's own) and run a real one-sample Inspect eval on it.
 """
 
 from __future__ import annotations
@@ -128,9 +128,10 @@ def test_completion_text_keeps_the_closing_tag_and_drops_what_follows() -> None:
 # ----------------------------------------------------------------- the real model (slow)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A session-local model cache (the user's cache is left alone)."""
+    """A model cache of this module's own (the user's cache is left alone), set only while the module runs: the
+    later modules' models come from the user's cache, not converted again into this one."""
     path = tmp_path_factory.mktemp("model-cache")
     old = os.environ.get(models.CACHE_ENV)
     os.environ[models.CACHE_ENV] = str(path)
@@ -141,9 +142,9 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         os.environ[models.CACHE_ENV] = old
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gguf_model(model_cache: Path) -> tuple[Any, Any]:
-    """The embedded model loaded from its GGUF (which also fills the session's cache)."""
+    """The embedded model loaded from its GGUF (which also fills the module's cache)."""
     return models.load_model("smollm2")
 
 

@@ -35,9 +35,14 @@ def _kill_engine_processes() -> int:
     """SIGKILL this process's vLLM engine-core children (as the OOM killer would); how many there were."""
     import psutil
 
-    victims = [
-        c for c in psutil.Process().children(recursive=True) if "EngineCore" in " ".join(c.cmdline() or [c.name()])
-    ]
+    victims = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            title = " ".join(child.cmdline() or [child.name()])
+        except psutil.Error:  # a child that ended (a sandbox's zombie not yet reaped, or gone) is no engine
+            continue
+        if "EngineCore" in title:
+            victims.append(child)
     for child in victims:
         child.kill()
     return len(victims)
