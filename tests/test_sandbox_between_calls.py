@@ -277,32 +277,63 @@ print(found)
 """
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        pytest.param("local", id="local"),
-        pytest.param(
-            "docker",
-            id="docker",
-            marks=[
-                pytest.mark.docker,
-                pytest.mark.xfail(
-                    strict=True,
-                    reason="known: a docker program is forked from the worker, whose heap may hold freed copies of "
-                    "earlier requests and answers (docs/sandboxes.md, what outlives a call)",
-                ),
-            ],
-        ),
-    ],
-)
+@pytest.mark.parametrize("backend", BACKENDS)
 async def test_a_later_rollout_finds_nothing_of_an_earlier_call_in_its_memory(backend: str, backends: dict) -> None:
     marker = f"cleaner-earlier-call-{os.getpid()}-{time.monotonic_ns()}"
     sandbox = await _acquire(backend, backends)
     try:
         # a call of a few KB, as a model's program often is (small requests reuse the worker's freed blocks at once)
         assert marker in await _run_ok(sandbox, f"print({marker!r})\n" + "# padding\n" * 400)
+        assert (await _run_ok(sandbox, MEMORY_SCAN.format(reversed=marker[::-1]))).strip() == "0", "the next call"
         await backends[backend].release(sandbox)
         sandbox = await backends[backend].acquire()
-        assert (await _run_ok(sandbox, MEMORY_SCAN.format(reversed=marker[::-1]))).strip() == "0"
+        assert (await _run_ok(sandbox, MEMORY_SCAN.format(reversed=marker[::-1]))).strip() == "0", "the next rollout"
     finally:
         await backends[backend].release(sandbox)
+
+
+#: The pid of the docker worker's clean parent: its command line names its role (the processes it forks have the
+#: same), and it alone of them runs at normal priority (``SCHED_OTHER``, the 41st field of ``/proc/PID/stat``).
+PARENT_PROBE = """
+import os
+for p in os.listdir('/proc'):
+    if p.isdigit():
+        try:
+            role = b'"role": "parent"' in open(f'/proc/{p}/cmdline', 'rb').read()
+            if role and open(f'/proc/{p}/stat').read().rpartition(')')[2].split()[38] == '0':
+                print(p)
+        except OSError:
+            pass
+"""
+
+
+#: Leaves modules that the worker's clean parent imports at its start in the work dir, each of which would mark every
+#: later program's environment, then kills every process it may signal (the clean parent and the spares among them).
+PARENT_KILLER = """
+import os, signal
+for name in ('json', 'socket', 'select', 'gc', 'struct', 'numpy', 'sympy'):
+    with open(name + '.py', 'w') as f:
+        f.write("import os\\nos.environ['CLEANER_PLANTED'] = '1'\\nopen('/tmp/planted', 'w').close()\\n")
+os.kill(-1, signal.SIGKILL)
+print('killed')
+"""
+
+
+@pytest.mark.docker
+async def test_a_clean_parent_a_program_killed_is_started_again_from_nothing_the_program_left(backends: dict) -> None:
+    """A program can kill the clean parent (same uid); the next one starts from a new clean parent, which imports
+    nothing a program wrote, and gets its full timeout. A timeout or a process left behind does not cost one."""
+    sandbox = await _acquire("docker", backends)
+    try:
+        first = (await _run_ok(sandbox, PARENT_PROBE)).split()
+        await sandbox.run_python("import os, time\nif os.fork() == 0:\n    time.sleep(60)\ntime.sleep(60)", timeout=1)
+        assert (await _run_ok(sandbox, PARENT_PROBE)).split() == first, "a timeout and a child left behind"
+        assert "killed" in await _run_ok(sandbox, PARENT_KILLER)
+        probe = (
+            "import os, time\ntime.sleep(0.5)\nprint(os.environ.get('CLEANER_PLANTED'), os.path.exists('/tmp/planted'))"
+        )
+        assert (await _run_ok(sandbox, probe, timeout=1)).strip() == "None False"
+        second = (await _run_ok(sandbox, PARENT_PROBE)).split()
+        assert len(first) == len(second) == 1 and first != second, (first, second)
+    finally:
+        await backends["docker"].release(sandbox)

@@ -122,7 +122,7 @@ async def test_a_fork_bomb_is_answered_before_its_teardown_which_the_next_call_w
             assert sb._current is not None and sb._current.exiting
             after = await sb.run_python("import os\nprint(sum(p.isdigit() for p in os.listdir('/proc')))", timeout=0.3)
             assert after.ok and not sb._current.exiting, after.stderr[-300:]
-            assert int(after.stdout) <= 4  # the worker, its spares and this call: nothing of the bomb
+            assert int(after.stdout) <= 4  # the worker, its clean parent, a spare and this call: nothing of the bomb
         assert sb.replacements == 0
     finally:
         await sb.close()
@@ -199,7 +199,7 @@ async def test_spares_killed_or_stopped_by_a_program_are_not_its_successors_fail
         r = await sandbox.run_python("print('next')", timeout=5)
         assert r.ok and r.stdout == "next\n", (i, signal, r.error_kind, r.stderr[-300:])
     pids = await sandbox.run_python("import os\nprint(sum(p.isdigit() for p in os.listdir('/proc')))")
-    assert pids.ok and int(pids.stdout) <= 4, pids.stdout  # worker, this program, spares: nothing piles up
+    assert pids.ok and int(pids.stdout) <= 4, pids.stdout  # worker, clean parent, a spare, this program: nothing more
 
 
 async def test_spares_are_not_reachable_through_proc(sandbox) -> None:
