@@ -4,7 +4,7 @@ Started once per container (``python3 -c <loader> <config json>``: the loader of
 :func:`sandboxes.docker.policy.worker_command` carries this module and its parts,
 :mod:`sandboxes.docker.worker.wire` (framing), :mod:`sandboxes.docker.worker.procs` (killing and
 reaping), :mod:`sandboxes.docker.worker.program` (the forked program side),
-:mod:`sandboxes.docker.worker.parent` (the clean parent the programs are forked from) and
+:mod:`sandboxes.docker.worker.parent` (the clean parents the programs are forked from) and
 :mod:`sandboxes.docker.worker.call` (one running call, watched to its end)), it answers
 requests on its stdin with responses on its stdout, each a frame of a 4-byte big-endian length and a
 UTF-8 JSON object. The programs are forked from the clean parent, a second interpreter that imported
@@ -19,7 +19,7 @@ Requests (``op``):
   outcome: ``exit_code`` (negative: killed by that signal), ``stdout``/``stderr``
   (base64, each capped at ``max_output`` bytes while it is produced), ``timed_out``,
   ``output_exceeded``, ``oom_killed``, ``state_lost``, ``duration``, ``exiting`` (processes of
-  the call may still be exiting) and ``parent_lost`` (the next call waits for a new clean parent).
+  the call may still be exiting) and ``parent_lost`` (the next call waits for a new clean parent to start).
 - ``reset``: kill every process but the worker's own, remove every IPC object, empty the
   work and temp dirs, forget the stateful session.
 
@@ -100,10 +100,10 @@ class Worker:
         self.exiting = None  #: that process once killed after its answer: the next run waits for its exit
         #: processes that were there before the worker (an init, the exec transport's idle process)
         self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if procs.CONTAINED else set()
-        #: the process the programs are forked from, which never holds a request or an answer
-        self.parent = CleanParent(command or _own_command(), self.config)
+        #: the processes the programs are forked from, which never hold a request or an answer
+        self.parent = CleanParent(command or _own_command(), self.config, sweep=lambda: self.end_others(wait=False))
         try:
-            self.parent.ready()
+            self.parent.ready(warm=True)
         except ParentGone:
             pass  # ping says so; a call starts a new one
 
@@ -111,8 +111,7 @@ class Worker:
         keep = {os.getpid(), os.getppid(), 1} | self.infrastructure
         if self.session_pid is not None:
             keep.add(self.session_pid)
-        if self.parent.alive():
-            keep.add(self.parent.pid)
+        keep.update(self.parent.pids())
         keep.update(spare.pid for spare in self.spares if spare.alive())
         return keep
 
@@ -174,7 +173,11 @@ class Worker:
         if self.config["stateful"]:
             return  # the session's IPC objects are part of its state, until the reset
         remove_ipc()
-        self.spares = [spare for spare in self.spares if spare.usable() or spare.discard()]
+        # spares forked from a bare clean parent give way to forks of the warm one once it is ready
+        self.parent.refresh()
+        self.spares = [
+            spare for spare in self.spares if (spare.warm or not self.parent.warm) and spare.usable() or spare.discard()
+        ]
         while len(self.spares) < max(1, int(self.config["spares"])):
             if self.spares and req_fd is not None and _waiting(req_fd):
                 return
@@ -193,7 +196,7 @@ class Worker:
         can still be running when the next call comes.
         """
         pid, self.exiting = self.exiting, None
-        if pid is not None and pid not in {spare.pid for spare in self.spares}:  # a pid reused by a spare
+        if pid is not None and pid not in {spare.pid for spare in self.spares} | set(self.parent.pids()):  # reused
             wait_exit(pid)
 
     def _take_spare(self):
@@ -222,7 +225,7 @@ class Worker:
     def start_session(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            pid = self.parent.spawn("session", [theirs.fileno()], self.workdir)
+            pid, _ = self.parent.spawn("session", [theirs.fileno()], self.workdir)
         except BaseException:
             ours.close()
             raise
@@ -282,7 +285,7 @@ class Worker:
         stdin_data = base64.b64decode(request.get("stdin", ""))
         code = request["code"]
         self._await_finished()
-        waited = self.parent.waited  # a clean parent started for this call: its imports are not the call's time
+        waited = self.parent.waited  # a clean parent started for this call: its start is not the call's time
         oom_before = oom_kills()
         state_lost = False
         if self.config["stateful"]:
@@ -321,7 +324,7 @@ class Worker:
         oom_after = oom_kills()
         outcome["oom_killed"] = oom_before is not None and oom_after is not None and oom_after > oom_before
         outcome["duration"] = time.monotonic() - start
-        # a program killed the clean parent: the next call waits for a new one's imports, and its host for that
+        # a program killed the clean parent: the next call waits for a new one to start, and its host for that
         outcome["parent_lost"] = self.parent.lost()
         return outcome
 

@@ -344,7 +344,8 @@ class _Spare:
         ctl_r, self.ctl_w = os.pipe()
         self.st_r, st_w = os.pipe()
         try:
-            self.pid = parent.spawn("spare", [in_r, out_w, err_w, ctl_r, st_w], workdir)
+            #: forked from a warm clean parent (one forked from a bare one imports what it needs itself)
+            self.pid, self.warm = parent.spawn("spare", [in_r, out_w, err_w, ctl_r, st_w], workdir)
         except BaseException:
             for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
                 os.close(fd)
