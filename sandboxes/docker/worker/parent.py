@@ -26,6 +26,7 @@ import socket
 import sys
 import time
 
+from sandboxes.docker.worker.procs import dying
 from sandboxes.docker.worker.program import (
     ROLES,
     SPARE_OOM_SCORE,
@@ -33,6 +34,7 @@ from sandboxes.docker.worker.program import (
     collapse_heap,
     fork,
     limit_program_memory,
+    refuse_kill_all,
     set_dumpable,
     shield_signals,
 )
@@ -42,8 +44,6 @@ PARENT_FD = 3
 #: Seconds the worker waits for a new clean parent's imports, and for the answer to one request.
 START_WAIT = 600.0
 REPLY_WAIT = 30.0
-#: ``PF_EXITING`` in ``/proc/PID/stat``'s flags: the process is exiting (its SIGKILL is no longer pending)
-_PF_EXITING = 0x4
 #: The largest message on the socket (a request names a role and the work dir; an answer a pid or an error).
 _MESSAGE = 1 << 16
 
@@ -59,6 +59,7 @@ def serve(config):
     # then not dumpable, so no program can trace it or open its descriptors.
     _oom_score(SPARE_OOM_SCORE)
     set_dumpable(False)
+    refuse_kill_all()  # no program forked from here ends the clean parents and the spares with one kill(-1)
     sock = socket.socket(fileno=PARENT_FD)
     shield_signals()
     limit_program_memory(config.get("program_memory"))
@@ -167,8 +168,8 @@ class _Process:
             self.pidfd = None
 
     def gone(self):
-        """Whether it has exited or closed its socket (its pid is then never kept)."""
-        if self.pidfd is None:
+        """Whether it has exited, closed its socket or is on its way out (its pid is then never kept)."""
+        if self.pidfd is None or dying(self.pid):
             return True
         ready, _, _ = select.select([self.sock, self.pidfd], [], [], 0)
         if self.pidfd in ready:
@@ -315,19 +316,8 @@ class CleanParent:
 
     def lost(self):
         """Whether the next program process may wait for a new clean parent: none serves, or the one that does is
-        dying (a program sent it a SIGKILL; its exit may still be under way)."""
-        if self.serving is None or self.serving.hello is None or self.serving.gone():
-            return True
-        try:
-            with open(f"/proc/{self.serving.pid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-            with open(f"/proc/{self.serving.pid}/stat", "rb") as f:
-                flags = int(f.read().rpartition(b")")[2].split()[6])
-        except (OSError, IndexError, ValueError):
-            return True
-        pending = int(fields.get("ShdPnd", "0"), 16) | int(fields.get("SigPnd", "0"), 16)
-        exiting = flags & _PF_EXITING or fields.get("State", "").split()[:1] in (["Z"], ["X"])
-        return bool(exiting) or bool(pending & (1 << (signal.SIGKILL - 1)))
+        on its way out (a program sent it a SIGKILL)."""
+        return self.serving is None or self.serving.hello is None or self.serving.gone()
 
     def ready(self, wait=START_WAIT, req_fd=None, warm=False):
         """Make sure a clean parent serves (starting a bare one if none does) and a warm one serves or is on its way;
@@ -368,12 +358,13 @@ class CleanParent:
         for _ in range(3):
             if not self.ready():
                 raise ParentGone(f"no clean parent started within {START_WAIT:.0f} s")
-            warm = self.warm
+            warm, asked = self.warm, time.monotonic()
             reply = self._ask({"role": role, "workdir": workdir}, fds)
             if reply is not None:
                 if "pid" not in reply:
                     raise OSError(f"the clean parent could not fork: {reply.get('error')}")
                 return reply["pid"], warm
+            self.waited += time.monotonic() - asked  # a clean parent that died meanwhile: not the call's time
             self.serving.stop()
             self.serving, self.warm = None, False
         raise ParentGone("the clean parent did not answer")

@@ -44,6 +44,26 @@ def _runs(pid):
     return False
 
 
+#: ``PF_EXITING`` in ``/proc/PID/stat``'s flags: the process is exiting (its SIGKILL is no longer pending)
+_PF_EXITING = 0x4
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def dying(pid):
+    """Whether ``pid`` is gone or on its way out: a SIGKILL pending (a process at idle priority on a loaded machine
+    may take long to act on it), exiting (its exit tears down its address space before it closes its descriptors
+    and before its pidfd says so), or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = dict(line.split(b":", 1) for line in f if b":" in line)
+        pending = int(status.get(b"SigPnd", b"0"), 16) | int(status.get(b"ShdPnd", b"0"), 16)
+        return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING) or bool(pending & _SIGKILL_BIT)
+    except (OSError, IndexError, ValueError):
+        return True
+
+
 def other_pids(keep):
     """Processes visible in /proc other than those in ``keep`` with a thread that still runs (a zombie whose
     threads have all ended is not one; a zombie main thread whose other threads run is).

@@ -12,6 +12,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 
@@ -23,6 +24,7 @@ try:  # standard library, but an interpreter may be built without it
 except (ImportError, OSError, AttributeError):
     _libc = _prctl = None
 
+from sandboxes.docker.worker.procs import dying
 from sandboxes.docker.worker.wire import LEN as _LEN
 from sandboxes.docker.worker.wire import read_frame
 
@@ -81,6 +83,49 @@ def collapse_heap():
             if madvise(start, end - start, MADV_COLLAPSE) == 0:
                 done += (end - start) >> 20
     return done
+
+
+#: (audit arch, ``kill``'s number, the smallest number of another ABI or None) by machine
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 62, 0x40000000), "aarch64": (0xC00000B7, 129, None)}
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+def refuse_kill_all():
+    """From now on, in this process and all it forks, ``kill(-1, sig)`` fails with ``ESRCH`` (as where there is no
+    other process to signal) instead of signalling every process of the uid, and system calls of another ABI (which
+    number ``kill`` otherwise) fail with ``ENOSYS``: a seccomp filter. True when it took effect.
+
+    The clean parents install it, so no program can end them and the spares with one call; a program can still
+    signal its own processes by pid or process group, and the worker's sweeps end them all after the call.
+    """
+    machine = _SECCOMP_ARCH.get(os.uname().machine)
+    if _prctl is None or machine is None:
+        return False
+    arch, kill, other_abi = machine
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, errno_of = 0x7FFF0000, 0x00050000
+    program = [
+        (ld, 0, 0, 4),  # the call's audit arch
+        (jeq, 0, 7, arch),
+        (ld, 0, 0, 0),  # its number
+        (jge, 5, 0, 0xFFFFFFFF if other_abi is None else other_abi),
+        (jeq, 0, 3, kill),
+        (ld, 0, 0, 16),  # the low half of its first argument, the pid
+        (jeq, 0, 1, 0xFFFFFFFF),
+        (ret, 0, 0, errno_of | 3),  # ESRCH
+        (ret, 0, 0, allow),
+        (ret, 0, 0, errno_of | 38),  # ENOSYS
+    ]
+    code = b"".join(struct.pack("=HBBI", *insn) for insn in program)
+    buffer = ctypes.create_string_buffer(code)
+
+    class _Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _Fprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    if _prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
 
 
 #: ``oom_score_adj`` of a program process: the first the OOM killer takes (raising it needs no privilege)
@@ -359,8 +404,8 @@ class _Spare:
             self.pidfd = None
 
     def alive(self):
-        """Whether the spare's process has not exited."""
-        return self.pidfd is not None and not select.select([self.pidfd], [], [], 0)[0]
+        """Whether the spare's process has not exited and is not on its way out."""
+        return self.pidfd is not None and not select.select([self.pidfd], [], [], 0)[0] and not dying(self.pid)
 
     def usable(self):
         """Whether the spare is still waiting for its code (a program may have killed or stopped it)."""
