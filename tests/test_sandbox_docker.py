@@ -204,7 +204,8 @@ async def test_spares_killed_or_stopped_by_a_program_are_not_its_successors_fail
         r = await sandbox.run_python("print('next')", timeout=5)
         assert r.ok and r.stdout == "next\n", (i, signal, r.error_kind, r.stderr[-300:])
     pids = await sandbox.run_python("import os\nprint(sum(p.isdigit() for p in os.listdir('/proc')))")
-    assert pids.ok and int(pids.stdout) <= 4, pids.stdout  # worker, clean parent, a spare, this program: nothing more
+    # the worker, its clean parent, a spare, this program, and a bare clean parent while the warm one is replaced
+    assert pids.ok and int(pids.stdout) <= 5, pids.stdout
 
 
 async def test_spares_are_not_reachable_through_proc(sandbox) -> None:

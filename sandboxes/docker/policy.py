@@ -103,7 +103,8 @@ IPC_BYTES = (
     + MQ_QUEUES * MQ_MESSAGES * (MQ_MESSAGE_BYTES + 256)
 )
 #: What the worker process, its clean parent and its spare program processes may hold at once: measured near
-#: 65 MiB when idle (an interpreter, and one with numpy and sympy), plus a call's output (two streams up to
+#: 65 MiB when idle (an interpreter, and one with numpy and sympy; a few MiB more while a bare clean parent serves
+#: and the warm one imports), plus a call's output (two streams up to
 #: ``max_output``, each held as bytes, base64 and JSON on its way out) and the request's own stdin and files.
 WORKER_BYTES = 104 << 20
 #: The least memory a program must always get; a configuration leaving less is refused.

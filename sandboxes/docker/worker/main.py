@@ -166,6 +166,7 @@ class Worker:
         request is waiting on ``req_fd``: a request that came back at once is served by
         a spare forked earlier, and the refill waits until the worker is idle again.
         """
+        self.parent.hold_warming(False)
         finished, self.finished = self.finished, None
         self.end_others(finished)
         if finished is not None:
@@ -285,6 +286,7 @@ class Worker:
         stdin_data = base64.b64decode(request.get("stdin", ""))
         code = request["code"]
         self._await_finished()
+        self.parent.hold_warming(True)  # until the answer is out (after_response)
         waited = self.parent.waited  # a clean parent started for this call: its start is not the call's time
         oom_before = oom_kills()
         state_lost = False

@@ -13,7 +13,8 @@ the program process is the worker's child, not its own, and its exit status is t
 A program runs as the clean parents' uid and can signal them: they ignore every signal they can, they are not
 dumpable, the worker continues them (``SIGCONT``) before each request, and its sweeps keep them alive. When a
 program has killed them, the worker starts a new bare one before the next program process (an interpreter's
-start, not counted against that call's timeout); the imports of the warm one never hold up a call.
+start, not counted against that call's timeout); the imports of the warm one, which the worker stops while a call
+runs, never hold up a call.
 """
 
 import ctypes
@@ -69,14 +70,10 @@ def serve(config):
 
 def _warm(config, fds, workdir):
     """The warm clean parent's life, forked by the bare one (so never dumpable, and never holding a request): import
-    the preloaded modules at idle priority (a program forked meanwhile from the bare one is not slowed by them), say
-    so, then fork one process per request."""
+    the preloaded modules (the worker stops it while a call runs, so a program forked meanwhile from the bare one is
+    not slowed by them), say so, then fork one process per request."""
     (fd,) = fds
     sock = socket.socket(fileno=fd)
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (OSError, AttributeError):
-        pass
     preloaded = []
     for name in config.get("preload", ()):
         try:
@@ -238,6 +235,7 @@ class CleanParent:
         self.serving = None  #: the clean parent that forks program processes now
         self.warming = None  #: a warm clean parent still importing its modules
         self.warm = False  #: whether the serving one is warm
+        self.held = False  #: whether a call runs (a warm clean parent still importing is stopped meanwhile)
         self.starts = 0  #: fresh interpreters started
         self.waited = 0.0  #: seconds spent waiting for a new clean parent, summed
 
@@ -306,6 +304,17 @@ class CleanParent:
             ours.close()
             return
         self.warming = _Process(reply["pid"], ours)
+        self.hold_warming(self.held)
+
+    def hold_warming(self, held):
+        """Stop (``held``) or continue a warm clean parent still importing, and one forked from now on: while a call
+        runs its program, forked from the bare one, gets the container's cpu."""
+        self.held = held
+        if self.warming is not None and self.warming.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.warming.pidfd, signal.SIGSTOP if held else signal.SIGCONT)
+            except OSError:
+                pass
 
     def stop(self):
         for proc in (self.serving, self.warming):
