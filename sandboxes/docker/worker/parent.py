@@ -165,8 +165,8 @@ class _Process:
             self.pidfd = None
 
     def gone(self):
-        """Whether it has exited, closed its socket or is on its way out (its pid is then never kept)."""
-        if self.pidfd is None or dying(self.pid):
+        """Whether it has exited or closed its socket (its pid is then never kept)."""
+        if self.pidfd is None:
             return True
         ready, _, _ = select.select([self.sock, self.pidfd], [], [], 0)
         if self.pidfd in ready:
@@ -254,6 +254,10 @@ class CleanParent:
             if heard == "ready":
                 if self.serving is not None:
                     self.serving.stop()
+                try:  # it may have been stopped while a call ran; it serves now
+                    signal.pidfd_send_signal(self.warming.pidfd, signal.SIGCONT)
+                except (OSError, TypeError):
+                    pass
                 self.serving, self.warming, self.warm = self.warming, None, True
             elif heard == "gone":
                 self.warming.stop()
@@ -326,7 +330,7 @@ class CleanParent:
     def lost(self):
         """Whether the next program process may wait for a new clean parent: none serves, or the one that does is
         on its way out (a program sent it a SIGKILL)."""
-        return self.serving is None or self.serving.hello is None or self.serving.gone()
+        return self.serving is None or self.serving.hello is None or self.serving.gone() or dying(self.serving.pid)
 
     def ready(self, wait=START_WAIT, req_fd=None, warm=False):
         """Make sure a clean parent serves (starting a bare one if none does) and a warm one serves or is on its way;
@@ -337,6 +341,9 @@ class CleanParent:
         try:
             for _ in range(3):
                 self.refresh()
+                if self.serving is not None and dying(self.serving.pid):  # a fork it would never answer
+                    self.serving.stop()
+                    self.serving, self.warm = None, False
                 if self.serving is None:
                     self._start()
                 heard = self.serving.hear(deadline, req_fd)

@@ -404,12 +404,13 @@ class _Spare:
             self.pidfd = None
 
     def alive(self):
-        """Whether the spare's process has not exited and is not on its way out."""
-        return self.pidfd is not None and not select.select([self.pidfd], [], [], 0)[0] and not dying(self.pid)
+        """Whether the spare's process has not exited."""
+        return self.pidfd is not None and not select.select([self.pidfd], [], [], 0)[0]
 
     def usable(self):
-        """Whether the spare is still waiting for its code (a program may have killed or stopped it)."""
-        if not self.alive():
+        """Whether the spare is still waiting for its code (a program may have killed or stopped it; one on its way
+        out would die under its call)."""
+        if not self.alive() or dying(self.pid):
             return False
         try:
             signal.pidfd_send_signal(self.pidfd, signal.SIGCONT)  # undo a SIGSTOP a program may have sent it
