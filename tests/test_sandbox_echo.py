@@ -77,7 +77,7 @@ async def test_the_address_space_is_the_references_whatever_the_backend_allows(s
     """code-judge's 512 MiB cap (``python_executor.py`` lines 104-106 at 91e40ad) under each backend's own limit."""
     result = await echo(sandbox, "import numpy as np\nnp.ones(458 * 2**20, dtype=np.uint8).sum()")
     assert not result.ok and result.stderr.startswith("MemoryError: Unable to allocate 458. MiB"), result.stderr
-    # well under the cap, and under the docker program's share of its container (about 250 MB)
+    # well under the cap, and under the docker program's share of its container (about 240 MB)
     result = await echo(sandbox, "import numpy as np\nint(np.ones(128 * 2**20, dtype=np.uint8).sum())")
     assert result.ok and result.stdout == f"{128 * 2**20}\n", result.stderr
 

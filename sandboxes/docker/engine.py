@@ -145,6 +145,8 @@ class Container:
         self.cold_start = started
         #: the worker's last answer came before its call's processes had exited (it waits for them first)
         self.exiting = False
+        #: the last answer said that a program killed the worker's clean parent (the next call waits for a new one)
+        self.parent_lost = False
 
     @property
     def short_id(self) -> str:

@@ -34,7 +34,9 @@ DEFAULT_ACQUIRE_TIMEOUT = 300.0
 
 #: The modules of the in-container worker, in load order (each imports only the standard library and the
 #: ones before it); the container runs the ``main()`` of the last, :data:`WORKER_MAIN`.
-WORKER_MODULES = tuple(f"sandboxes.docker.worker.{name}" for name in ("wire", "procs", "program", "main"))
+WORKER_MODULES = tuple(
+    f"sandboxes.docker.worker.{name}" for name in ("wire", "procs", "program", "parent", "call", "main")
+)
 WORKER_MAIN = WORKER_MODULES[-1]
 #: The loader: the container holds no project code, so the worker's modules are made here under their own
 #: names (with empty parent packages), then the worker's main runs.
@@ -100,10 +102,11 @@ IPC_BYTES = (
     + IPC_SEMS * IPC_SEM_BYTES
     + MQ_QUEUES * MQ_MESSAGES * (MQ_MESSAGE_BYTES + 256)
 )
-#: What the worker process and its spare program processes may hold at once: measured near 55 MiB when idle
-#: (the interpreter with numpy and sympy), plus a call's output (two streams up to ``max_output``, each held
-#: as bytes, base64 and JSON on its way out) and the request's own stdin and files.
-WORKER_BYTES = 96 << 20
+#: What the worker process, its clean parent and its spare program processes may hold at once: measured near
+#: 65 MiB when idle (an interpreter, and one with numpy and sympy; a few MiB more while a bare clean parent serves
+#: and the warm one imports), plus a call's output (two streams up to
+#: ``max_output``, each held as bytes, base64 and JSON on its way out) and the request's own stdin and files.
+WORKER_BYTES = 104 << 20
 #: The least memory a program must always get; a configuration leaving less is refused.
 MIN_PROGRAM_BYTES = 64 << 20
 
@@ -239,8 +242,8 @@ def container_spec(config: DockerConfig, image: str, labels: dict[str, str] | No
         "OPENBLAS_NUM_THREADS": "1",
         "OMP_NUM_THREADS": "1",
         "MPLCONFIGDIR": "/tmp",
-        # the same set order in every run, as in the local sandbox; addresses are not fixed here: the worker forks
-        # each program from its own process, whose heap depends on the calls before (docs/sandboxes.md)
+        # the same set order in every run, as in the local sandbox; addresses are not fixed here: each program is
+        # forked from the worker's clean parent, whose addresses were randomized at its start (docs/sandboxes.md)
         "PYTHONHASHSEED": "0",
         **config.env,
     }

@@ -210,8 +210,10 @@ class DockerSandbox(Sandbox):
                     self._last_dropped,
                 )
             try:
-                # a worker still waiting for the last call's processes to exit takes this one after them
+                # a worker still waiting for the last call's processes to exit takes this one after them, and one
+                # whose clean parent a program killed takes it after a new one's imports (as long as a start)
                 wait = timeout + self.config.grace + 1 + (self.config.exit_wait if current.exiting else 0)
+                wait += self.config.start_timeout if current.parent_lost else 0
                 answer = await asyncio.wait_for(current.channel.request(request), wait)
             except asyncio.CancelledError:  # the caller gave up mid-call: the stream is out of step, start afresh
                 self._fail()
@@ -233,6 +235,7 @@ class DockerSandbox(Sandbox):
                 self._fail()
                 return self._failed(f"the sandbox worker failed: {answer['error']}", start, current.short_id)
             current.exiting = bool(answer.get("exiting"))
+            current.parent_lost = bool(answer.get("parent_lost"))
         return self._result(answer, start, current)
 
     @property

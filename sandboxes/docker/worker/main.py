@@ -1,13 +1,16 @@
-"""The warm interpreter that runs inside a sandbox container (standard library only).
+"""The process that answers requests inside a sandbox container (standard library only).
 
 Started once per container (``python3 -c <loader> <config json>``: the loader of
-:func:`sandboxes.docker.policy.worker_command` carries this module and its three
-parts, :mod:`sandboxes.docker.worker.wire` (framing), :mod:`sandboxes.docker.worker.procs` (killing and
-reaping) and :mod:`sandboxes.docker.worker.program` (the forked program side)), it imports
-numpy and sympy once and then answers requests on its stdin with responses on
-its stdout, each a frame of a 4-byte big-endian length and a UTF-8 JSON object.
-Why: a fresh ``python3`` pays for importing numpy on every call; a ``fork`` of a warm one
-does not, and a forked child still starts from a clean namespace.
+:func:`sandboxes.docker.policy.worker_command` carries this module and its parts,
+:mod:`sandboxes.docker.worker.wire` (framing), :mod:`sandboxes.docker.worker.procs` (killing and
+reaping), :mod:`sandboxes.docker.worker.program` (the forked program side),
+:mod:`sandboxes.docker.worker.parent` (the clean parents the programs are forked from) and
+:mod:`sandboxes.docker.worker.call` (one running call, watched to its end)), it answers
+requests on its stdin with responses on its stdout, each a frame of a 4-byte big-endian length and a
+UTF-8 JSON object. The programs are forked from the clean parent, a second interpreter that imported
+numpy and sympy once and never holds a request or an answer. Why: a fresh ``python3`` pays for
+importing numpy on every call; a ``fork`` of a warm one does not, and a forked child still starts
+from a clean namespace, and, forked from the clean parent, from memory that holds nothing of another call.
 
 Requests (``op``):
 
@@ -15,8 +18,9 @@ Requests (``op``):
 - ``run``: run ``code`` with ``timeout``, ``stdin`` and ``files`` (base64), answer the
   outcome: ``exit_code`` (negative: killed by that signal), ``stdout``/``stderr``
   (base64, each capped at ``max_output`` bytes while it is produced), ``timed_out``,
-  ``output_exceeded``, ``oom_killed``, ``state_lost``, ``duration``.
-- ``reset``: kill every process but the worker, remove every IPC object, empty the
+  ``output_exceeded``, ``oom_killed``, ``state_lost``, ``duration``, ``exiting`` (processes of
+  the call may still be exiting) and ``parent_lost`` (the next call waits for a new clean parent to start).
+- ``reset``: kill every process but the worker's own, remove every IPC object, empty the
   work and temp dirs, forget the stateful session.
 
 Modes: stateless (default) forks a child per call, so every call sees a fresh
@@ -26,44 +30,38 @@ to it as file descriptors over a Unix socket. A timeout kills the session (its
 state is lost, and the answer says so).
 
 After every call the whole process tree of the call is killed: every process in
-the container except the worker (and the stateful session) is sent SIGKILL, which
-also catches children that left the process group with ``setsid`` and processes whose
-main thread has exited while another runs; then (stateless mode) every System V and
-POSIX IPC object of the container is removed; with no session
-to keep, the worker, as PID 1, does it in one ``kill(-1)`` that a fork bomb cannot
-outrun. As PID 1 of the container the worker ignores signals it has no handler for, so the program
-cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned zombies.
+the container except the worker's own (its clean parent, spares and stateful session) is
+sent SIGKILL, which also catches children that left the process group with ``setsid`` and
+processes whose main thread has exited while another runs; then (stateless mode) every
+System V and POSIX IPC object of the container is removed. The worker, as PID 1, first stops
+every other process with one ``kill(-1, SIGSTOP)`` that a fork bomb cannot outrun, kills all
+but its own, and continues those. As PID 1 of the container the worker ignores signals it has
+no handler for, so the program cannot kill it with ``kill(1, SIGKILL)``; it also reaps orphaned
+zombies.
 """
 
 import base64
-import gc
 import json
 import os
 import select
-import selectors
 import signal
 import socket
 import sys
 import time
 
 from sandboxes.docker.worker import procs
+from sandboxes.docker.worker.call import Call, supervise, wait_exit
+from sandboxes.docker.worker.parent import CleanParent, ParentGone, serve
 from sandboxes.docker.worker.procs import (
-    REAPED,
     empty_dir,
-    kill_all,
     kill_others,
     oom_kills,
     other_pids,
     remove_ipc,
+    stop_and_kill,
 )
 from sandboxes.docker.worker.program import (
-    _child_setup,
-    _decode_status,
-    _session_loop,
     _Spare,
-    collapse_heap,
-    fork,
-    limit_program_memory,
     set_dumpable,
 )
 from sandboxes.docker.worker.wire import LEN as _LEN
@@ -82,8 +80,17 @@ _DEFAULTS = {
 }
 
 
+def _own_command():
+    """How this module's ``main()`` is started where the worker is made without it (a developer, a test): from the
+    directory that holds the ``sandboxes`` package."""
+    root = os.path.abspath(__file__).rsplit(os.sep, 4)[0]
+    return [sys.executable, "-c", f"import sys; sys.path.insert(0, {root!r}); import {__name__} as m; m.main()"]
+
+
 class Worker:
-    def __init__(self, config):
+    def __init__(self, config, command=None):
+        """``command``: how to start an interpreter that runs this module's ``main()`` (the worker's own command
+        line without its configuration), for the clean parent."""
         self.config = dict(_DEFAULTS, **config)
         self.workdir = self.config["workdir"]
         self.session_pid = None
@@ -93,44 +100,43 @@ class Worker:
         self.exiting = None  #: that process once killed after its answer: the next run waits for its exit
         #: processes that were there before the worker (an init, the exec transport's idle process)
         self.infrastructure = set(other_pids({os.getpid(), os.getppid(), 1})) if procs.CONTAINED else set()
-        self.preloaded = []
-        for name in self.config["preload"]:
-            try:
-                __import__(name)
-                self.preloaded.append(name)
-            except Exception:  # noqa: BLE001 - a missing optional module is reported by ping
-                pass
-        gc.freeze()  # the preloaded objects stay out of the collector's way (fewer copy-on-write faults after fork)
-        self.hugepages_mb = collapse_heap() if self.config["hugepages"] else 0
+        #: the processes the programs are forked from, which never hold a request or an answer
+        self.parent = CleanParent(command or _own_command(), self.config, sweep=lambda: self.end_others(wait=False))
+        try:
+            self.parent.ready(warm=True)
+        except ParentGone:
+            pass  # ping says so; a call starts a new one
 
     def keep(self):
         keep = {os.getpid(), os.getppid(), 1} | self.infrastructure
         if self.session_pid is not None:
             keep.add(self.session_pid)
-        keep.update(spare.pid for spare in self.spares)
+        keep.update(self.parent.pids())
+        keep.update(spare.pid for spare in self.spares if spare.alive())
         return keep
 
     def ping(self, request):
+        hello = self.parent.hello or {}
         return {
             "ok": True,
             "pid": os.getpid(),
-            "preloaded": self.preloaded,
+            "preloaded": hello.get("preloaded", []),
             "python": sys.version.split()[0],
             "spares": len(self.spares),
-            "hugepages_mb": self.hugepages_mb,
+            "hugepages_mb": hello.get("hugepages_mb", 0),
+            "parent_starts": self.parent.starts,
         }
 
     def end_others(self, finished=None, wait=True):
-        """End every process but the worker and what it keeps (its spares, its session).
+        """End every process but the worker and what it keeps (its clean parent, spares and session).
 
         ``finished`` is the last program process, which reported its end and is only exiting: it gets one
-        SIGKILL and is not waited for. As the container's PID 1 with no session to keep, anything else still
-        there (a program's children, a fork bomb) ends with one :func:`kill_all`; the spares go with it and
-        are forked again, and without ``wait`` their exits are not waited for. Returns how many processes were
-        ended, and whether they may still be exiting.
+        SIGKILL and is not waited for. As the container's PID 1, anything else still there (a program's
+        children, a fork bomb) ends by :func:`stop_and_kill`, and without ``wait`` their exits are not waited
+        for. Returns how many processes were ended, and whether they may still be exiting.
         """
         once = () if finished is None else (finished,)
-        if not (procs.INIT and self.session_pid is None):
+        if not procs.INIT:
             return kill_others(self.keep(), once=once), False
         for pid in once:
             try:
@@ -139,10 +145,7 @@ class Worker:
                 pass
         left = other_pids(self.keep() | set(once))
         if left:
-            spares, self.spares = self.spares, []
-            for spare in spares:
-                spare.close()
-            kill_all(float(self.config["exit_wait"]) if wait else 0.0)
+            stop_and_kill(self.keep(), float(self.config["exit_wait"]) if wait else 0.0)
         return len(left), bool(left) and not wait
 
     def reset(self, request):
@@ -163,6 +166,7 @@ class Worker:
         request is waiting on ``req_fd``: a request that came back at once is served by
         a spare forked earlier, and the refill waits until the worker is idle again.
         """
+        self.parent.hold_warming(False)
         finished, self.finished = self.finished, None
         self.end_others(finished)
         if finished is not None:
@@ -170,12 +174,19 @@ class Worker:
         if self.config["stateful"]:
             return  # the session's IPC objects are part of its state, until the reset
         remove_ipc()
-        self.spares = [spare for spare in self.spares if spare.usable() or spare.discard()]
+        # spares forked from a bare clean parent give way to forks of the warm one once it is ready
+        self.parent.refresh()
+        self.spares = [
+            spare for spare in self.spares if (spare.warm or not self.parent.warm) and spare.usable() or spare.discard()
+        ]
         while len(self.spares) < max(1, int(self.config["spares"])):
             if self.spares and req_fd is not None and _waiting(req_fd):
                 return
             try:
-                self.spares.append(_Spare(self.workdir))
+                # a clean parent that a program ended is started again here, unless a request comes first
+                if not self.parent.ready(req_fd=req_fd):
+                    return
+                self.spares.append(_Spare(self.parent, self.workdir))
             except OSError:  # a limit refuses the fork even after retries: the next call forks on demand
                 return
 
@@ -186,8 +197,8 @@ class Worker:
         can still be running when the next call comes.
         """
         pid, self.exiting = self.exiting, None
-        if pid is not None and pid not in {spare.pid for spare in self.spares}:  # a pid reused by a spare
-            self._wait(pid)
+        if pid is not None and pid not in {spare.pid for spare in self.spares} | set(self.parent.pids()):  # reused
+            wait_exit(pid)
 
     def _take_spare(self):
         """The oldest spare still waiting for its code, else one forked now."""
@@ -196,7 +207,7 @@ class Worker:
             if spare.usable():
                 return spare
             spare.discard()
-        return _Spare(self.workdir)
+        return _Spare(self.parent, self.workdir)
 
     # ---- the stateful session
 
@@ -213,20 +224,15 @@ class Worker:
             self.session_sock = None
 
     def start_session(self):
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        pid = fork()
-        if pid == 0:  # the session process
-            try:
-                parent.close()
-                keep = child.fileno()
-                os.closerange(3, keep)
-                os.closerange(keep + 1, 1024)
-                _child_setup(self.workdir)
-                _session_loop(child, self.workdir)
-            finally:
-                os._exit(70)
-        child.close()
-        self.session_pid, self.session_sock = pid, parent
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            pid, _ = self.parent.spawn("session", [theirs.fileno()], self.workdir)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.session_pid, self.session_sock = pid, ours
 
     def drop_spares(self):
         spares, self.spares = self.spares, []
@@ -280,6 +286,8 @@ class Worker:
         stdin_data = base64.b64decode(request.get("stdin", ""))
         code = request["code"]
         self._await_finished()
+        self.parent.hold_warming(True)  # until the answer is out (after_response)
+        waited = self.parent.waited  # a clean parent started for this call: its start is not the call's time
         oom_before = oom_kills()
         state_lost = False
         if self.config["stateful"]:
@@ -296,199 +304,31 @@ class Worker:
                 state_lost = True
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
-            call = _Call(None, in_w, out_r, err_r, self.session_sock.fileno())
+            call = Call(None, in_w, out_r, err_r, self.session_sock.fileno())
         else:
             for attempt in range(3):
                 spare = self._take_spare()
-                call = _Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r)
+                call = Call(spare.pid, spare.in_w, spare.out_r, spare.err_r, spare.st_r, spare.pidfd)
                 try:
                     write_frame(spare.ctl_w, {"code": code})
                 except OSError:
                     pass  # the spare died; its exit status tells
                 os.close(spare.ctl_w)
-                outcome = self._supervise(call, stdin_data, timeout, cap, start)
+                outcome = supervise(self, call, stdin_data, timeout, cap, start + self.parent.waited - waited)
                 if outcome.pop("started") or outcome["timed_out"] or attempt == 2:
                     break
                 # The spare died before the code ran (a signal an earlier program sent it was still in flight
                 # when it was handed the call): nothing of the call ran, so it runs in another spare.
         if self.config["stateful"]:
-            outcome = self._supervise(call, stdin_data, timeout, cap, start)
+            outcome = supervise(self, call, stdin_data, timeout, cap, start + self.parent.waited - waited)
             outcome.pop("started")
         outcome["state_lost"] = state_lost or outcome.pop("session_died", False)
         oom_after = oom_kills()
         outcome["oom_killed"] = oom_before is not None and oom_after is not None and oom_after > oom_before
         outcome["duration"] = time.monotonic() - start
+        # a program killed the clean parent: the next call waits for a new one to start, and its host for that
+        outcome["parent_lost"] = self.parent.lost()
         return outcome
-
-    def _supervise(self, call, stdin_data, timeout, cap, start):
-        """Feed stdin, collect capped output, and wait for the call's end or its deadline.
-
-        The usual end is the exit of the program process, its status as the kernel reports it (``waitpid``; a
-        stateful session's status comes in a frame on its socket); then, when the pipes are at their end
-        (nothing left behind holds them), the answer goes out at once and the process
-        tree is cleaned up after it (:meth:`after_response`). Otherwise (timeout,
-        flood, a crash, something left behind holding the pipes) every process is
-        killed before answering.
-        """
-        pid, in_w, out_r, err_r = call.pid, call.in_w, call.out_r, call.err_r
-        sel = selectors.DefaultSelector()
-        bufs = {out_r: bytearray(), err_r: bytearray()}
-        owned = {in_w, out_r, err_r}  # descriptors this call must close
-        if pid is not None:
-            owned.add(call.status_fd)
-        sel.register(out_r, selectors.EVENT_READ)
-        sel.register(err_r, selectors.EVENT_READ)
-        sel.register(call.status_fd, selectors.EVENT_READ)
-        pending = memoryview(stdin_data)
-        if pending:
-            os.set_blocking(in_w, False)
-            sel.register(in_w, selectors.EVENT_WRITE)
-        else:
-            os.close(in_w)
-            owned.discard(in_w)
-            in_w = -1  # its number may be reused below
-        watch = None
-        if pid is not None and hasattr(os, "pidfd_open"):
-            try:
-                watch = os.pidfd_open(pid)
-                owned.add(watch)
-                sel.register(watch, selectors.EVENT_READ)
-            except OSError:
-                watch = None
-        deadline = start + timeout
-        timed_out = exceeded = done = reaped = session_died = status_seen = exited = False
-        started = pid is None  #: a spare says "S" when it has its code, before the code runs
-        exit_code = None
-        while not done:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                timed_out = True
-                break
-            poll = remaining if (watch is not None or pid is None) else min(remaining, 0.005)
-            for key, _ in sel.select(poll):
-                fd = key.fd
-                if fd == in_w:
-                    try:
-                        pending = pending[os.write(in_w, pending[:65536]) :]
-                    except (BlockingIOError, InterruptedError):
-                        continue
-                    except OSError:  # the program closed its stdin
-                        pending = memoryview(b"")
-                    if not pending:
-                        sel.unregister(in_w)
-                        os.close(in_w)
-                        owned.discard(in_w)
-                        in_w = -1
-                elif fd in bufs:
-                    chunk = os.read(fd, 65536)
-                    if not chunk:
-                        sel.unregister(fd)
-                        continue
-                    bufs[fd] += chunk
-                    if len(bufs[fd]) > cap:
-                        del bufs[fd][cap:]
-                        exceeded = done = True
-                elif fd == call.status_fd:
-                    if pid is None:
-                        frame = read_frame(fd)
-                        session_died = frame is None
-                        exit_code = None if frame is None else frame["exit_code"]
-                        status_seen = frame is not None
-                    else:
-                        try:
-                            started = os.read(fd, 1) == b"S"
-                        except OSError:
-                            pass
-                        sel.unregister(fd)  # its only message; the status is the process's exit
-                        if started:
-                            continue
-                        exited = True  # the spare died before its code came
-                    done = True
-                elif fd == watch:
-                    exited = done = True
-            if pid is not None and watch is None and not done:
-                try:
-                    wpid, status = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:  # reaped by the SIGCHLD handler
-                    wpid, status = pid, REAPED.pop(pid, 0)
-                if wpid == pid:
-                    exit_code, reaped, done, status_seen = _decode_status(status), True, True, started
-        for fd in (call.status_fd, watch):
-            if fd is not None and fd in sel.get_map():
-                sel.unregister(fd)
-        if pid is not None and exited and not reaped:
-            exit_code, reaped = self._wait(pid), True
-            status_seen = started
-        at_end = exiting = False
-        if not (timed_out or exceeded):
-            exceeded, at_end = self._drain(sel, bufs, cap, wait=0.0)
-        if not (status_seen and at_end and not exceeded):
-            # The slow path: kill the whole tree now, then collect what is left in the pipes.
-            if pid is None:
-                self.stop_session()
-                session_died = session_died or timed_out or exceeded
-            _, exiting = self.end_others(wait=False)  # all signalled at once: nothing of the call runs again
-            if pid is not None and not reaped and not (exiting and (timed_out or exceeded)):
-                code = self._wait(pid)
-                if not status_seen:
-                    exit_code = code
-            # What was written before the kill is in the pipes now; only processes still running could add to it.
-            more, _ = self._drain(sel, bufs, cap, wait=0.0 if exiting else 0.5)
-            exceeded = exceeded or more
-        elif pid is not None and not reaped:
-            self.finished = pid
-        if timed_out or exceeded:
-            exit_code = None
-        sel.close()
-        for fd in owned:
-            os.close(fd)
-        return {
-            "exit_code": exit_code,
-            "timed_out": timed_out,
-            "output_exceeded": exceeded,
-            "session_died": session_died,
-            "started": started,
-            "exiting": exiting,
-            "stdout": base64.b64encode(bytes(bufs[out_r])).decode(),
-            "stderr": base64.b64encode(bytes(bufs[err_r])).decode(),
-        }
-
-    def _wait(self, pid):
-        """Reap the program process; its exit status, negative for a signal."""
-        try:
-            _, status = os.waitpid(pid, 0)
-        except ChildProcessError:
-            if pid not in REAPED:
-                return None
-            status = REAPED.pop(pid)
-        return _decode_status(status)
-
-    def _drain(self, sel, bufs, cap, wait):
-        """Read what the output pipes still hold, until their end or ``wait`` seconds.
-
-        Returns (passed the cap, both pipes at their end).
-        """
-        exceeded = False
-        deadline = time.monotonic() + wait
-        while True:
-            if not any(k.fd in bufs for k in sel.get_map().values()):
-                return exceeded, True
-            progressed = False
-            for key, _ in sel.select(max(0.0, deadline - time.monotonic())):
-                try:
-                    chunk = os.read(key.fd, 65536)
-                except OSError:
-                    chunk = b""
-                progressed = True
-                if not chunk:
-                    sel.unregister(key.fd)
-                    continue
-                room = cap - len(bufs[key.fd])
-                if len(chunk) > room:
-                    exceeded = True
-                bufs[key.fd] += chunk[: max(room, 0)]
-            if not progressed and time.monotonic() >= deadline:
-                return exceeded, False
 
 
 def _not_run(kind, message):
@@ -513,18 +353,13 @@ def _waiting(fd):
         return False
 
 
-class _Call:
-    """The descriptors of one running call: stdin to feed, output to read, where the status comes."""
-
-    def __init__(self, pid, in_w, out_r, err_r, status_fd):
-        self.pid, self.in_w, self.out_r, self.err_r, self.status_fd = pid, in_w, out_r, err_r, status_fd
-
-
 def main():
     config = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    if config.get("role") == "parent":
+        serve(config)
+        return
     procs.CONTAINED = bool(config.get("contained"))
     procs.INIT = procs.CONTAINED and os.getpid() == 1
-    limit_program_memory(config.get("program_memory"))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
     # Finished programs exit at idle priority, after the answer: reap them as they end (the next run waits for
     # the last one, Worker._await_finished).
@@ -542,7 +377,9 @@ def main():
     os.close(null)
     os.set_inheritable(req_fd, False)
     os.set_inheritable(resp_fd, False)
-    worker = Worker(config)
+    # the clean parent runs this same command line, with its own configuration in place of the last argument
+    command = sys.orig_argv[: len(sys.orig_argv) - len(sys.argv) + 1]
+    worker = Worker(config, command)
     handlers = {"ping": worker.ping, "run": worker.run, "reset": worker.reset}
     while True:
         request = read_frame(req_fd)
@@ -562,6 +399,7 @@ def main():
     worker.stop_session()
     worker.drop_spares()
     worker.end_others()
+    worker.parent.stop()
 
 
 if __name__ == "__main__":

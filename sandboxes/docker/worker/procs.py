@@ -9,7 +9,7 @@ import time
 
 #: True only when the worker runs alone in a container's PID namespace (set from the config by the worker).
 CONTAINED = False
-#: True when the worker is also that namespace's PID 1 (the attach transport), so that :func:`kill_all` may be used.
+#: True when the worker is also that namespace's PID 1 (the attach transport): :func:`stop_and_kill` may be used.
 INIT = False
 _OOM_FILES = ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control")
 
@@ -42,6 +42,26 @@ def _runs(pid):
         except (OSError, IndexError):
             continue
     return False
+
+
+#: ``PF_EXITING`` in ``/proc/PID/stat``'s flags: the process is exiting (its SIGKILL is no longer pending)
+_PF_EXITING = 0x4
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def dying(pid):
+    """Whether ``pid`` is gone or on its way out: a SIGKILL pending (a process at idle priority on a loaded machine
+    may take long to act on it), exiting (its exit tears down its address space before it closes its descriptors
+    and before its pidfd says so), or a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = dict(line.split(b":", 1) for line in f if b":" in line)
+        pending = int(status.get(b"SigPnd", b"0"), 16) | int(status.get(b"ShdPnd", b"0"), 16)
+        return fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING) or bool(pending & _SIGKILL_BIT)
+    except (OSError, IndexError, ValueError):
+        return True
 
 
 def other_pids(keep):
@@ -124,27 +144,50 @@ def kill_others(keep, once=()):
     return killed
 
 
-def kill_all(wait=0.0):
-    """As the container's PID 1: SIGKILL every other process with one ``kill(-1)``, and reap them all for at most
-    ``wait`` seconds.
+def stop_and_kill(keep, wait=0.0):
+    """As the container's PID 1: stop every other process with one ``kill(-1, SIGSTOP)``, SIGKILL each one not in
+    ``keep``, continue those in ``keep``, and reap the others for at most ``wait`` seconds; return how many were
+    killed.
 
-    The kernel signals every process of the namespace but PID 1 in one pass that no ``fork`` can
-    overtake (a process with the signal pending cannot fork), so a fork bomb ends at once however
-    loaded the host is, where killing pid by pid from a ``/proc`` scan races its refill. From that
-    ``kill(-1)`` on, no process but the worker runs code of its own again; what is left is their
-    exits, which take the CPU of tearing down each address space (seconds for a fork bomb on a
-    starved container), so they need not be waited for before answering.
+    The kernel signals every process of the namespace but PID 1 in one pass that no ``fork`` can overtake (a fork
+    under way passes the signal on to its child), so a fork bomb stops at once however loaded the host is, where
+    killing pid by pid from a ``/proc`` scan of running processes races its refill. Stopped, no process can start
+    another, so scans of ``/proc`` until one finds nobody new find them all. ``keep`` (the worker's clean parent,
+    spares and session) lives on. From the stop on no process but the worker and ``keep`` runs code of its own
+    again; what is left is their exits, which take the CPU of tearing down each address space (seconds for a fork
+    bomb on a starved container), so they need not be waited for before answering.
     """
+    me = os.getpid()
+    try:
+        os.kill(-1, signal.SIGSTOP)
+    except ProcessLookupError:
+        pass
+    killed = set()
+    try:
+        for _ in range(200):
+            new = [pid for pid in other_pids(keep) if pid not in killed]
+            if not new:
+                break
+            for pid in new:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                killed.add(pid)
+    finally:
+        for pid in keep:
+            if pid > 0 and pid != me:  # not 0, which would name our own process group
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except (ProcessLookupError, PermissionError):
+                    pass
     deadline = time.monotonic() + wait
     for attempt in itertools.count():
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         reap()
-        if time.monotonic() >= deadline or not other_pids({os.getpid()}):
-            return
+        if time.monotonic() >= deadline or not other_pids(keep):
+            break
         time.sleep(0.001 if attempt < 100 else 0.01)
+    return len(killed)
 
 
 try:  # standard library, but an interpreter may be built without it

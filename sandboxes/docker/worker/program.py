@@ -9,8 +9,10 @@ import builtins
 import json
 import os
 import resource
+import select
 import signal
 import socket
+import struct
 import sys
 import time
 
@@ -22,6 +24,7 @@ try:  # standard library, but an interpreter may be built without it
 except (ImportError, OSError, AttributeError):
     _libc = _prctl = None
 
+from sandboxes.docker.worker.procs import dying
 from sandboxes.docker.worker.wire import LEN as _LEN
 from sandboxes.docker.worker.wire import read_frame
 
@@ -29,8 +32,9 @@ PR_SET_DUMPABLE = 4
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
 
 
-def fork(attempts=50):
-    """``os.fork``, retried while the container's pid or memory limit refuses it for a moment.
+def fork(attempts=50, clone=os.fork):
+    """``os.fork`` (or ``clone``, which forks the same way), retried while the container's pid or memory limit
+    refuses it for a moment.
 
     Killed processes count against the pid limit until they are reaped (the worker's SIGCHLD handler
     reaps them meanwhile), and a program the OOM killer just ended may still be releasing its memory:
@@ -38,7 +42,7 @@ def fork(attempts=50):
     """
     for attempt in range(attempts):
         try:
-            return os.fork()
+            return clone()
         except OSError:
             if attempt == attempts - 1:
                 raise
@@ -81,9 +85,53 @@ def collapse_heap():
     return done
 
 
+#: (audit arch, ``kill``'s number, the smallest number of another ABI or None) by machine
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 62, 0x40000000), "aarch64": (0xC00000B7, 129, None)}
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+def refuse_kill_all():
+    """From now on, in this process and all it forks, ``kill(-1, sig)`` fails with ``ESRCH`` (as where there is no
+    other process to signal) instead of signalling every process of the uid, and system calls of another ABI (which
+    number ``kill`` otherwise) fail with ``ENOSYS``: a seccomp filter. True when it took effect.
+
+    The clean parents install it, so no program can end them and the spares with one call; a program can still
+    signal its own processes by pid or process group, and the worker's sweeps end them all after the call.
+    """
+    machine = _SECCOMP_ARCH.get(os.uname().machine)
+    if _prctl is None or machine is None:
+        return False
+    arch, kill, other_abi = machine
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, errno_of = 0x7FFF0000, 0x00050000
+    program = [
+        (ld, 0, 0, 4),  # the call's audit arch
+        (jeq, 0, 7, arch),
+        (ld, 0, 0, 0),  # its number
+        (jge, 5, 0, 0xFFFFFFFF if other_abi is None else other_abi),
+        (jeq, 0, 3, kill),
+        (ld, 0, 0, 16),  # the low half of its first argument, the pid
+        (jeq, 0, 1, 0xFFFFFFFF),
+        (ret, 0, 0, errno_of | 3),  # ESRCH
+        (ret, 0, 0, allow),
+        (ret, 0, 0, errno_of | 38),  # ENOSYS
+    ]
+    code = b"".join(struct.pack("=HBBI", *insn) for insn in program)
+    buffer = ctypes.create_string_buffer(code)
+
+    class _Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _Fprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+    if _prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
+
+
 #: ``oom_score_adj`` of a program process: the first the OOM killer takes (raising it needs no privilege)
 PROGRAM_OOM_SCORE = 1000
-#: ``oom_score_adj`` of a spare waiting for its code: after the programs, before the worker (which keeps its own)
+#: ``oom_score_adj`` of a spare waiting for its code and of the clean parent, which it inherits from: after the
+#: programs, before the worker (which keeps its own)
 SPARE_OOM_SCORE = 500
 
 
@@ -134,17 +182,33 @@ def _fresh_random_state():
         sympy_random.seed()
 
 
+#: The signal dispositions a program starts with (as a fresh interpreter has them), kept by :func:`shield_signals`.
+_program_signals = {}
+
+
+def shield_signals():
+    """Ignore every signal that can be ignored and would end or stop this process (the clean parent, which a program
+    of the same uid can signal); keep the dispositions a program gets back (:func:`_child_setup`)."""
+    for signum in signal.valid_signals():
+        if signum in (signal.SIGKILL, signal.SIGSTOP, signal.SIGCHLD, signal.SIGCONT, signal.SIGWINCH, signal.SIGURG):
+            continue
+        try:
+            handler = signal.getsignal(signum)
+            _program_signals[signum] = signal.SIG_DFL if handler is None else handler
+            signal.signal(signum, signal.SIG_IGN)
+        except (OSError, ValueError, TypeError):
+            _program_signals.pop(signum, None)
+
+
 def _child_setup(workdir, program=True):
     """What every forked program process does first: own session, OOM victim, default signals.
 
-    A spare (``program=False``) stays not dumpable, and behind the programs in the OOM killer's choice, until its
-    code comes.
+    A spare (``program=False``) stays not dumpable, and behind the programs in the OOM killer's choice (its clean
+    parent's score, :data:`SPARE_OOM_SCORE`), until its code comes.
     """
     os.setsid()
     if program:
         _become_program()
-    else:
-        _oom_score(SPARE_OOM_SCORE)  # a spare dies before the worker (it is forked again)
     try:
         # Inside the container's CPU share, the worker must win against a fork bomb to end it in time: a program
         # runs, and its teardown exits, at idle priority, which the worker preempts as soon as it wakes (and which
@@ -154,9 +218,11 @@ def _child_setup(workdir, program=True):
     except (OSError, AttributeError):
         pass
     _fresh_random_state()
+    for signum, handler in _program_signals.items():  # what the clean parent ignores, the program gets back
+        signal.signal(signum, handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the worker's reaper is not the program's
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     try:
         os.chdir(workdir)
     except OSError:
@@ -262,80 +328,108 @@ def _session_loop(sock, workdir):
         sock.sendall(_LEN.pack(len(body)) + body)
 
 
+def run_spare(fds, workdir):
+    """A spare's life in its own process (forked by the clean parent, :mod:`sandboxes.docker.worker.parent`): wait
+    for the code on the control pipe, say on the status pipe that it came, close that pipe, run the code, exit with
+    its status. ``fds`` are the ends the worker handed over: stdin, stdout, stderr, control, status."""
+    status = 70
+    try:
+        in_r, out_w, err_w, ctl_r, st_w = fds
+        _child_setup(workdir, program=False)
+        _bind_stdio(in_r, out_w, err_w)
+        ctl = os.dup2(ctl_r, 3)
+        st = os.dup2(st_w, 4)
+        os.closerange(5, 1024)
+        request = read_frame(ctl)
+        if request is None:
+            os._exit(0)
+        os.close(ctl)
+        os.write(st, b"S")  # the code came: from here on a death is the program's
+        os.close(st)  # nothing the program holds reports a status: the worker reads it from its exit
+        _become_program()
+        status = execute(request["code"], _fresh_namespace())
+        _join_threads()
+    finally:
+        os._exit(status)
+
+
+def run_session(fds, workdir):
+    """The stateful session's life in its own process: ``fds`` is its end of the worker's socket."""
+    try:
+        (keep,) = fds
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1024)
+        _child_setup(workdir)
+        _session_loop(socket.socket(fileno=keep), workdir)
+    finally:
+        os._exit(70)
+
+
+#: What each kind of program process runs once forked, by the name the worker asks for.
+ROLES = {"spare": run_spare, "session": run_session}
+
+
 class _Spare:
     """A program process forked ahead of its call (so the fork is off the critical path).
 
-    It is set up completely (own session, stdio on fresh pipes, work dir) and waits
+    The clean parent forks it (:meth:`sandboxes.docker.worker.parent.CleanParent.spawn`), and it becomes the
+    worker's child. It is set up completely (own session, stdio on fresh pipes, work dir) and waits
     for its code on a control pipe; it says on a status pipe that the code came, closes
-    that pipe, and runs the code: its exit status is what the kernel reports of its exit
+    that pipe, and runs the code (:func:`run_spare`): its exit status is what the kernel reports of its exit
     (``waitpid``), which no program can write. Until its code comes it is not dumpable
-    (inherited from the worker), so a program running meanwhile cannot open its pipes
+    (inherited from the clean parent), so a program running meanwhile cannot open its pipes
     through ``/proc`` nor trace it; it can kill or stop it, which the worker checks
     before it hands the spare a call (:meth:`usable`).
     """
 
-    def __init__(self, workdir):
+    def __init__(self, parent, workdir):
         in_r, self.in_w = os.pipe()
         self.out_r, out_w = os.pipe()
         self.err_r, err_w = os.pipe()
         ctl_r, self.ctl_w = os.pipe()
         self.st_r, st_w = os.pipe()
         try:
-            self.pid = fork()
+            #: forked from a warm clean parent (one forked from a bare one imports what it needs itself)
+            self.pid, self.warm = parent.spawn("spare", [in_r, out_w, err_w, ctl_r, st_w], workdir)
         except BaseException:
-            for fd in (in_r, self.in_w, self.out_r, out_w, self.err_r, err_w, ctl_r, self.ctl_w, self.st_r, st_w):
+            for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
                 os.close(fd)
             raise
-        if self.pid == 0:
-            status = 70
-            try:
-                for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
-                    os.close(fd)
-                _child_setup(workdir, program=False)
-                _bind_stdio(in_r, out_w, err_w)
-                ctl = os.dup2(ctl_r, 3)
-                st = os.dup2(st_w, 4)
-                os.closerange(5, 1024)
-                request = read_frame(ctl)
-                if request is None:
-                    os._exit(0)
-                os.close(ctl)
-                os.write(st, b"S")  # the code came: from here on a death is the program's
-                os.close(st)  # nothing the program holds reports a status: the worker reads it from its exit
-                _become_program()
-                status = execute(request["code"], _fresh_namespace())
-                _join_threads()
-            finally:
-                os._exit(status)
-        for fd in (in_r, out_w, err_w, ctl_r, st_w):
-            os.close(fd)
+        finally:
+            for fd in (in_r, out_w, err_w, ctl_r, st_w):
+                os.close(fd)
+        try:  # the process itself, not its pid, which another may take once it is gone
+            self.pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            self.pidfd = None
+
+    def alive(self):
+        """Whether the spare's process has not exited."""
+        return self.pidfd is not None and not select.select([self.pidfd], [], [], 0)[0]
 
     def usable(self):
-        """Whether the spare is still waiting for its code (a program may have killed or stopped it)."""
-        try:
-            pid, _ = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            return False  # already reaped: dead
-        if pid:
+        """Whether the spare is still waiting for its code (a program may have killed or stopped it; one on its way
+        out would die under its call)."""
+        if not self.alive() or dying(self.pid):
             return False
         try:
-            os.kill(self.pid, signal.SIGCONT)  # undo a SIGSTOP a program may have sent it
-        except ProcessLookupError:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGCONT)  # undo a SIGSTOP a program may have sent it
+        except OSError:
             return False
         return True
 
-    def close(self):
-        """Close the worker's ends of the spare's pipes (the process itself is someone else's to end)."""
+    def discard(self):
+        """Close the worker's ends of the spare's pipes, and end its process."""
         for fd in (self.in_w, self.out_r, self.err_r, self.ctl_w, self.st_r):
             try:
                 os.close(fd)
             except OSError:
                 pass
-
-    def discard(self):
-        self.close()
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (OSError, ChildProcessError):
+                pass
+            os.close(self.pidfd)
+            self.pidfd = None
