@@ -298,20 +298,26 @@ def _join_threads():
         _flush()
 
 
-def _wait_threads():
-    """Wait for the program's non-daemon threads, as :func:`_join_threads` does, but leave ``threading`` as it was
-    (the session's next process runs more code with it)."""
+def _revive_threading():
+    """In the session's next process: undo what :func:`_join_threads` (the end of the call before) did to
+    ``threading`` and ``concurrent.futures``, so that the next call starts threads and executors as a fresh
+    interpreter does (CPython's internals; where they differ, left as they are)."""
     threading = sys.modules.get("threading")
+    if threading is None:
+        return
     try:
-        while threading is not None:
-            others = [t for t in threading.enumerate() if not t.daemon and t is not threading.current_thread()]
-            if not others:
-                break
-            for thread in others:
-                thread.join()
-    except BaseException:  # noqa: B036 - the program may have broken threading itself
+        main = threading.main_thread()
+        if getattr(main, "_is_stopped", False) and getattr(main, "_tstate_lock", False) is None:
+            lock = threading._set_sentinel()
+            lock.acquire()
+            main._tstate_lock, main._is_stopped = lock, False
+        if getattr(threading, "_SHUTTING_DOWN", False):
+            threading._SHUTTING_DOWN = False
+        futures = sys.modules.get("concurrent.futures.thread")
+        if getattr(futures, "_shutdown", False):
+            futures._shutdown = False
+    except Exception:  # noqa: BLE001 - the program may have broken threading itself
         pass
-    _flush()
 
 
 def _decode_status(status):
@@ -352,7 +358,7 @@ def _session_loop(sock, workdir):
         for fd in fds:
             os.close(fd)
         status = execute(rest.decode("utf-8", "replace"), namespace)
-        _wait_threads()
+        _join_threads()  # as at the end of ``python -c``: exit hooks (an open executor shuts down), threads joined
         for target in (0, 1, 2):  # release the call's pipes so that the worker sees their end
             os.dup2(devnull, target)
         try:
@@ -360,6 +366,7 @@ def _session_loop(sock, workdir):
                 os._exit(status)
         except OSError:  # no successor: the state is lost, and the worker says so
             os._exit(status)
+        _revive_threading()
 
 
 def run_spare(fds, workdir):
