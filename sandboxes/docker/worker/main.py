@@ -28,8 +28,9 @@ namespace. Stateful keeps one forked *session* whose namespace survives
 from call to call, as in a notebook; each call's stdin/stdout/stderr are handed
 to it as file descriptors over a Unix socket, on which nothing comes back. The session process ends each call
 with the call's exit status (read from the kernel, as a spare's) after forking its successor, which the worker
-adopts (it is the subreaper of its programs) and hands the next call. A timeout kills the session, as does a call
-that ends its process itself (``os._exit``, a signal): its state is lost, and the answer says so.
+adopts (it is the subreaper of its programs) and hands the next call. A timeout kills the session, as do a call
+that leaves a process holding its output and one that ends its process itself (``os._exit``, a signal): its state
+is lost, and the answer says so.
 
 After every call the whole process tree of the call is killed: every process in
 the container except the worker's own (its clean parent, spares and stateful session) is
