@@ -322,12 +322,6 @@ SESSION_FORGERIES = {
 
 
 @pytest.mark.docker
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stateful session still reports its status over its own socket, which its program holds "
-    "(the fix belongs to sandboxes/docker/worker/: the session ends each call with its status, a fork carries "
-    "the namespace on)",
-)
 async def test_a_stateful_sessions_status_cannot_be_forged() -> None:
     """A stateful call's status is the kernel's too: what the program writes to its session's descriptors is not
     read as a status, never makes a sandbox failure or a late answer, and the state is kept (or said lost)."""

@@ -253,10 +253,11 @@ async def test_files_and_processes_cleared_on_release(backend) -> None:
         await backend.release(again)
 
 
-async def test_stateful_mode_keeps_variables_and_says_when_lost() -> None:
+@pytest.mark.parametrize("transport", ["attach", "exec"])
+async def test_stateful_mode_keeps_variables_and_says_when_lost(transport: str) -> None:
     from sandboxes.docker.sandbox import DockerSandbox
 
-    sb = await DockerSandbox(stateful=True).start()
+    sb = await DockerSandbox(stateful=True, transport=transport).start()
     try:
         assert (await sb.run_python("import numpy as np\nx = np.arange(3)")).ok
         r = await sb.run_python("print(x.sum())")
@@ -268,6 +269,26 @@ async def test_stateful_mode_keeps_variables_and_says_when_lost() -> None:
         assert r.error_kind == "Timeout" and r.extra["state_lost"] is True
         r = await sb.run_python("print('x' in globals())")
         assert r.ok and r.stdout == "False\n"
+        # a call's non-daemon threads are waited for, as with ``python -c``; the state is kept
+        late = "import threading, time\nx = 1\nthreading.Thread(target=lambda: (time.sleep(0.2), print(x))).start()"
+        r = await sb.run_python(late)
+        assert (r.ok, r.stdout, r.extra["state_lost"]) == (True, "1\n", False)
+        r = await sb.run_python("import threading\nprint(x, threading.active_count())")
+        assert (r.ok, r.stdout) == (True, "1 1\n")
+        # an executor left open is shut down at the end of its call, as at an interpreter's exit; new ones work
+        pool = "from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(2)\n"
+        r = await sb.run_python(pool + "print(pool.submit(abs, -2).result())")
+        assert (r.ok, r.stdout, r.extra["state_lost"]) == (True, "2\n", False)
+        r = await sb.run_python("print(ThreadPoolExecutor(2).submit(abs, -3).result(), x)")
+        assert (r.ok, r.stdout) == (True, "3 1\n")
+        # a call that ends the session's process itself has its own status, and loses the state, as does one that
+        # leaves a process holding its output
+        r = await sb.run_python("import os\nos._exit(3)")
+        assert (r.exit_code, r.extra["state_lost"]) == (3, True)
+        assert (await sb.run_python("print('x' in globals())")).stdout == "False\n"
+        r = await sb.run_python("import subprocess\nx = 2\nsubprocess.Popen(['sleep', '30'])")
+        assert (r.ok, r.extra["state_lost"]) == (True, True)
+        assert (await sb.run_python("print('x' in globals())")).stdout == "False\n"
         await sb.reset()
         assert (await sb.run_python("y = 1")).ok
         await sb.reset()

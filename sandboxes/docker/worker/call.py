@@ -12,7 +12,6 @@ import time
 
 from sandboxes.docker.worker.procs import REAPED
 from sandboxes.docker.worker.program import _decode_status
-from sandboxes.docker.worker.wire import read_frame
 
 
 class Call:
@@ -26,8 +25,8 @@ class Call:
 def supervise(worker, call, stdin_data, timeout, cap, start):
     """Feed stdin, collect capped output, and wait for the call's end or its deadline.
 
-    The usual end is the exit of the program process, its status as the kernel reports it (``waitpid``; a
-    stateful session's status comes in a frame on its socket); then, when the pipes are at their end
+    The usual end is the exit of the program process (a spare, or the stateful session, which a fork of it carries on
+    after the call), its status as the kernel reports it (``waitpid``); then, when the pipes are at their end
     (nothing left behind holds them), the answer goes out at once and the process
     tree is cleaned up after it (``Worker.after_response``). Otherwise (timeout,
     flood, a crash, something left behind holding the pipes) every process is
@@ -37,11 +36,11 @@ def supervise(worker, call, stdin_data, timeout, cap, start):
     sel = selectors.DefaultSelector()
     bufs = {out_r: bytearray(), err_r: bytearray()}
     owned = {in_w, out_r, err_r}  # descriptors this call must close
-    if pid is not None:
+    if call.status_fd is not None:
         owned.add(call.status_fd)
+        sel.register(call.status_fd, selectors.EVENT_READ)
     sel.register(out_r, selectors.EVENT_READ)
     sel.register(err_r, selectors.EVENT_READ)
-    sel.register(call.status_fd, selectors.EVENT_READ)
     pending = memoryview(stdin_data)
     if pending:
         os.set_blocking(in_w, False)
@@ -56,14 +55,14 @@ def supervise(worker, call, stdin_data, timeout, cap, start):
         sel.register(watch, selectors.EVENT_READ)
     deadline = start + timeout
     timed_out = exceeded = done = reaped = session_died = status_seen = exited = False
-    started = pid is None  #: a spare says "S" when it has its code, before the code runs
+    started = call.status_fd is None  #: a spare says "S" when it has its code, before the code runs
     exit_code = None
     while not done:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             timed_out = True
             break
-        poll = remaining if (watch is not None or pid is None) else min(remaining, 0.005)
+        poll = remaining if watch is not None else min(remaining, 0.005)
         for key, _ in sel.select(poll):
             fd = key.fd
             if fd == in_w:
@@ -88,21 +87,14 @@ def supervise(worker, call, stdin_data, timeout, cap, start):
                     del bufs[fd][cap:]
                     exceeded = done = True
             elif fd == call.status_fd:
-                if pid is None:
-                    frame = read_frame(fd)
-                    session_died = frame is None
-                    exit_code = None if frame is None else frame["exit_code"]
-                    status_seen = frame is not None
-                else:
-                    try:
-                        started = os.read(fd, 1) == b"S"
-                    except OSError:
-                        pass
-                    sel.unregister(fd)  # its only message; the status is the process's exit
-                    if started:
-                        continue
-                    exited = True  # the spare died before its code came
-                done = True
+                try:
+                    started = os.read(fd, 1) == b"S"
+                except OSError:
+                    pass
+                sel.unregister(fd)  # its only message; the status is the process's exit
+                if started:
+                    continue
+                exited = done = True  # the spare died before its code came
             elif fd == watch:
                 exited = done = True
         if pid is not None and watch is None and not done:
@@ -123,9 +115,9 @@ def supervise(worker, call, stdin_data, timeout, cap, start):
         exceeded, at_end = drain(sel, bufs, cap, wait=0.0)
     if not (status_seen and at_end and not exceeded):
         # The slow path: kill the whole tree now, then collect what is left in the pipes.
-        if pid is None:
+        if pid == worker.session_pid:  # the session, or the fork that carries it on, ends with the call's tree
             worker.stop_session()
-            session_died = session_died or timed_out or exceeded
+            session_died = True
         _, exiting = worker.end_others(wait=False)  # all signalled at once: nothing of the call runs again
         if pid is not None and not reaped and not (exiting and (timed_out or exceeded)):
             code = wait_exit(pid)

@@ -24,10 +24,13 @@ Requests (``op``):
   work and temp dirs, forget the stateful session.
 
 Modes: stateless (default) forks a child per call, so every call sees a fresh
-namespace. Stateful keeps one forked *session* process whose namespace survives
+namespace. Stateful keeps one forked *session* whose namespace survives
 from call to call, as in a notebook; each call's stdin/stdout/stderr are handed
-to it as file descriptors over a Unix socket. A timeout kills the session (its
-state is lost, and the answer says so).
+to it as file descriptors over a Unix socket, on which nothing comes back. The session process ends each call
+with the call's exit status (read from the kernel, as a spare's) after forking its successor, which the worker
+adopts (it is the subreaper of its programs) and hands the next call. A timeout kills the session, as do a call
+that leaves a process holding its output and one that ends its process itself (``os._exit``, a signal): its state
+is lost, and the answer says so.
 
 After every call the whole process tree of the call is killed: every process in
 the container except the worker's own (its clean parent, spares and stateful session) is
@@ -57,12 +60,14 @@ from sandboxes.docker.worker.procs import (
     kill_others,
     oom_kills,
     other_pids,
+    parent_and_start,
     remove_ipc,
     stop_and_kill,
 )
 from sandboxes.docker.worker.program import (
     _Spare,
     set_dumpable,
+    set_subreaper,
 )
 from sandboxes.docker.worker.wire import LEN as _LEN
 from sandboxes.docker.worker.wire import read_frame, write_frame
@@ -225,6 +230,7 @@ class Worker:
 
     def start_session(self):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.shutdown(socket.SHUT_RD)  # nothing a session sends is read
         try:
             pid, _ = self.parent.spawn("session", [theirs.fileno()], self.workdir)
         except BaseException:
@@ -233,6 +239,31 @@ class Worker:
         finally:
             theirs.close()
         self.session_pid, self.session_sock = pid, ours
+
+    def _next_session(self, ended):
+        """After a stateful call that ended its session process ``ended`` (reaped by then): take the process that
+        carries the session on, forked by ``ended`` just before it exited and adopted by the worker. Whether there
+        is one.
+
+        It is the newest of the worker's children that are not its own: the program's children, adopted too when
+        the session ended, are older, and are ended after the call as always. None (the program ended its process by
+        ``os._exit`` or a signal) loses the state."""
+        if self.session_pid != ended:
+            return False  # the session was stopped (a timeout, a flood)
+        if self.finished == ended:
+            self.finished = None
+        self.session_pid = None
+        me = os.getpid()
+        heirs = []
+        for pid in other_pids(self.keep()):
+            stat = parent_and_start(pid)
+            if stat is not None and stat[0] == me:
+                heirs.append((stat[1], pid))
+        if heirs:
+            self.session_pid = max(heirs)[1]
+            return True
+        self.stop_session()
+        return False
 
     def drop_spares(self):
         spares, self.spares = self.spares, []
@@ -304,7 +335,11 @@ class Worker:
                 state_lost = True
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
-            call = Call(None, in_w, out_r, err_r, self.session_sock.fileno())
+            try:  # the session's end says the call's status
+                pidfd = os.pidfd_open(self.session_pid)
+            except OSError:
+                pidfd = None
+            call = Call(self.session_pid, in_w, out_r, err_r, None, pidfd)
         else:
             for attempt in range(3):
                 spare = self._take_spare()
@@ -322,6 +357,8 @@ class Worker:
         if self.config["stateful"]:
             outcome = supervise(self, call, stdin_data, timeout, cap, start + self.parent.waited - waited)
             outcome.pop("started")
+            if not self._next_session(call.pid):
+                state_lost = True
         outcome["state_lost"] = state_lost or outcome.pop("session_died", False)
         oom_after = oom_kills()
         outcome["oom_killed"] = oom_before is not None and oom_after is not None and oom_after > oom_before
@@ -360,6 +397,8 @@ def main():
         return
     procs.CONTAINED = bool(config.get("contained"))
     procs.INIT = procs.CONTAINED and os.getpid() == 1
+    if config.get("stateful") and not procs.INIT:
+        set_subreaper()  # the session's successor is adopted by the worker when the session ends
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # only the program may be interrupted
     # Finished programs exit at idle priority, after the answer: reap them as they end (the next run waits for
     # the last one, Worker._await_finished).

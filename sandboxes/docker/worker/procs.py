@@ -82,6 +82,16 @@ def other_pids(keep):
     return pids
 
 
+def parent_and_start(pid):
+    """The parent pid of ``pid`` and when it started (clock ticks since boot); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _descends_from(pid, ancestor):
     for _ in range(64):
         try:

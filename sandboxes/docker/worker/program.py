@@ -6,7 +6,6 @@ process forked ahead of its call so that the fork is off the critical path.
 """
 
 import builtins
-import json
 import os
 import resource
 import select
@@ -29,6 +28,7 @@ from sandboxes.docker.worker.wire import LEN as _LEN
 from sandboxes.docker.worker.wire import read_frame
 
 PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
 MADV_HUGEPAGE, MADV_COLLAPSE = 14, 25
 
 
@@ -54,6 +54,12 @@ def set_dumpable(flag):
     """``prctl(PR_SET_DUMPABLE)``: a process that is not dumpable cannot be traced, nor its ``/proc/PID/fd``
     opened, by the programs (which run as the same uid). True when it took effect."""
     return _prctl is not None and _prctl(PR_SET_DUMPABLE, int(flag), 0, 0, 0) == 0
+
+
+def set_subreaper():
+    """``prctl(PR_SET_CHILD_SUBREAPER)``: the orphans among this process's descendants become its children (as they
+    would of PID 1). True when it took effect."""
+    return _prctl is not None and _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
 def collapse_heap():
@@ -292,6 +298,28 @@ def _join_threads():
         _flush()
 
 
+def _revive_threading():
+    """In the session's next process: undo what :func:`_join_threads` (the end of the call before) did to
+    ``threading`` and ``concurrent.futures``, so that the next call starts threads and executors as a fresh
+    interpreter does (CPython's internals; where they differ, left as they are)."""
+    threading = sys.modules.get("threading")
+    if threading is None:
+        return
+    try:
+        main = threading.main_thread()
+        if getattr(main, "_is_stopped", False) and getattr(main, "_tstate_lock", False) is None:
+            lock = threading._set_sentinel()
+            lock.acquire()
+            main._tstate_lock, main._is_stopped = lock, False
+        if getattr(threading, "_SHUTTING_DOWN", False):
+            threading._SHUTTING_DOWN = False
+        futures = sys.modules.get("concurrent.futures.thread")
+        if getattr(futures, "_shutdown", False):
+            futures._shutdown = False
+    except Exception:  # noqa: BLE001 - the program may have broken threading itself
+        pass
+
+
 def _decode_status(status):
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
@@ -301,7 +329,15 @@ def _fresh_namespace():
 
 
 def _session_loop(sock, workdir):
-    """The stateful session: receive (code, stdio fds), run it in the kept namespace, report."""
+    """The stateful session: receive (code, stdio fds), run it in the kept namespace, and end with its status.
+
+    Nothing goes back to the worker on ``sock``: its sending side is shut down before any code runs, and no program
+    can open it again. Each call ends this process with the call's exit status, which the worker reads from the
+    kernel (``waitpid``); just before, a fork carries the namespace on to the next call (the worker, the subreaper of
+    the session's processes, adopts it). Threads the program started end with the call: non-daemon ones are waited
+    for, as ``python -c`` does.
+    """
+    sock.shutdown(socket.SHUT_WR)
     namespace = _fresh_namespace()
     devnull = os.open(os.devnull, os.O_RDWR)
     while True:
@@ -322,10 +358,15 @@ def _session_loop(sock, workdir):
         for fd in fds:
             os.close(fd)
         status = execute(rest.decode("utf-8", "replace"), namespace)
+        _join_threads()  # as at the end of ``python -c``: exit hooks (an open executor shuts down), threads joined
         for target in (0, 1, 2):  # release the call's pipes so that the worker sees their end
             os.dup2(devnull, target)
-        body = json.dumps({"exit_code": status}).encode()
-        sock.sendall(_LEN.pack(len(body)) + body)
+        try:
+            if fork() != 0:
+                os._exit(status)
+        except OSError:  # no successor: the state is lost, and the worker says so
+            os._exit(status)
+        _revive_threading()
 
 
 def run_spare(fds, workdir):
