@@ -42,6 +42,12 @@ def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def as_in_a_terminal() -> None:
+    """A command typed in a terminal starts with SIGINT at its default, whatever the test runner inherited (a test
+    run that is itself a shell's background job has it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize(
     ("signum", "before"),
     [
@@ -57,7 +63,7 @@ def test_a_signal_ends_the_eval_with_its_log_cancelled(signum: int, before, tmp_
     script.write_text(yaml.safe_dump({"default": [turn, "\\boxed{0}"]}))
     cmd = command(tmp_path, f"replay/{script}", "-T", "timeout=300")
     child = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=before
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=before or as_in_a_terminal
     )
     try:
         deadline = time.monotonic() + 120
