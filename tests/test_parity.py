@@ -8,6 +8,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from chat_server import NoServer
 from needs import import_or_skip
 
 import_or_skip("openrlhf.utils.agent")
@@ -150,7 +151,7 @@ def test_the_command_runs_the_warm_model_and_the_checks_replay_script_under_each
         return [parity.PathRun(path, tool_env) for path in ("inspect", "executor", "cpu")]
 
     monkeypatch.setattr(parity, "run_paths", run_paths)
-    monkeypatch.setattr(parity, "warm_server", _NoServer)
+    monkeypatch.setattr(parity, "warm_server", NoServer)
     assert main(["parity", "--tool-env", "project", "reference"]) == 0
     assert asked == [
         ("aime24", parity.SAAR_SCRIPT, "project"),
@@ -160,15 +161,3 @@ def test_the_command_runs_the_warm_model_and_the_checks_replay_script_under_each
     ]
     assert main(["parity", "--model", "warm", "--script", "aime24.yaml"]) == 2
     assert "--script is the replay model's" in capsys.readouterr().err
-
-
-class _NoServer:
-    """Stands in for the warm model's server."""
-
-    base_url, start_seconds = "http://127.0.0.1:0/v1", 0.0
-
-    def __enter__(self) -> _NoServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None

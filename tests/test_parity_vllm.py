@@ -14,6 +14,7 @@ One profile only (the command runs both): a server start (about 30 s on an idle 
 from __future__ import annotations
 
 import pytest
+from chat_server import NoServer
 from needs import import_or_skip, needs_vllm
 
 import_or_skip("openrlhf.utils.agent")
@@ -64,7 +65,7 @@ def test_the_command_prints_where_each_pair_of_paths_parts(runs, monkeypatch, ca
 
     paths = [runs["inspect"], runs["executor"], runs["cpu"]]
     monkeypatch.setattr(parity, "run_paths", lambda *a, **k: paths)
-    monkeypatch.setattr(parity, "warm_server", _NoServer)
+    monkeypatch.setattr(parity, "warm_server", NoServer)
     argv = ["parity", "--model", "warm", "--tool-env", TOOL_ENV, "--budget", str(BUDGET)]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -78,15 +79,3 @@ def test_the_command_prints_where_each_pair_of_paths_parts(runs, monkeypatch, ca
     # a budget needs a tool environment that counts the response
     assert main(["parity", "--model", "warm", "--tool-env", "project", "--budget", "80"]) == 2
     assert "--budget is a response budget" in capsys.readouterr().err
-
-
-class _NoServer:
-    """Stands in for the server when the runs are already made."""
-
-    base_url, start_seconds = "http://127.0.0.1:0/v1", 0.0
-
-    def __enter__(self) -> _NoServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None

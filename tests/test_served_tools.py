@@ -13,64 +13,30 @@ server receives it, and answers with scripted turns; the providers, the task and
 from __future__ import annotations
 
 import difflib
-import json
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import yaml
+from chat_server import ChatServer
 
 from harness.benchmarks.registry import TASKS_DIR
 
 
-class RecordingServer:
+class RecordingServer(ChatServer):
     """Answers the n-th chat completion with the n-th reply (the last one past the end) and keeps the request
     bodies; lists one model."""
 
     def __init__(self, name: str, replies: tuple[str, ...]) -> None:
-        self.name, self.replies = name, replies
+        self.name = name
         self.requests: list[dict[str, Any]] = []
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+        def reply(request: dict[str, Any]) -> str:
+            self.requests.append(request)
+            return replies[min(len(self.requests), len(replies)) - 1]
 
-            def _send(self, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                card = {"id": server.name, "object": "model", "created": int(time.time()), "owned_by": "vllm"}
-                self._send({"object": "list", "data": [card]})
-
-            def do_POST(self) -> None:
-                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.requests.append(request)
-                reply = server.replies[min(len(server.requests), len(server.replies)) - 1]
-                message = {"role": "assistant", "content": reply}
-                self._send(
-                    {
-                        "id": f"c{len(server.requests)}",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": request["model"],
-                        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    }
-                )
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_port}/v1"
-        threading.Thread(target=self.http.serve_forever, args=(0.05,), daemon=True).start()
+        super().__init__(lambda: [{"id": name}], reply)
 
 
 @contextmanager
@@ -79,8 +45,7 @@ def serving(name: str, replies: tuple[str, ...] = ("The answer is \\boxed{25}.",
     try:
         yield recording
     finally:
-        recording.http.shutdown()
-        recording.http.server_close()
+        recording.close()
 
 
 @pytest.fixture

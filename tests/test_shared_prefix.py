@@ -11,18 +11,15 @@ the embedded model's adapters.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chat_server import ChatServer
 from inspect_ai.model import (
     ChatMessage,
     ChatMessageUser,
@@ -151,51 +148,17 @@ async def test_two_replay_scripts_at_one_path_never_read_each_others_generations
 # --- an OpenAI-compatible server, as vLLM and SGLang serve -----------------------------------------------------
 
 
-class Server:
-    """An OpenAI-compatible server on loopback: ``/v1/models`` lists ``cards`` (as vLLM does: ``id``, ``root``,
-    ``parent``); a completion's text is the content of the served checkpoint's weights file and the seed."""
+class Server(ChatServer):
+    """Lists ``cards`` (as vLLM does: ``id``, ``root``, ``parent``); a completion's text is the content of the served
+    checkpoint's weights file and the seed."""
 
     def __init__(self, cards: list[dict[str, Any]], weights: Path | None = None) -> None:
-        self.cards, self.weights, self.completions = cards, weights, 0
-        server = self
+        self.cards, self.weights = cards, weights
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
+        def reply(request: dict[str, Any]) -> str:
+            return f"{self.weights.read_text() if self.weights else 'hi'} seed {request.get('seed')}"
 
-            def _send(self, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                now = int(time.time())
-                cards = [{"object": "model", "created": now, "owned_by": "vllm", **c} for c in server.cards]
-                self._send({"object": "list", "data": cards})
-
-            def do_POST(self) -> None:
-                request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                server.completions += 1
-                text = f"{server.weights.read_text() if server.weights else 'hi'} seed {request.get('seed')}"
-                self._send(
-                    {
-                        "id": f"c{server.completions}",
-                        "object": "chat.completion",
-                        "created": int(time.time()),
-                        "model": request["model"],
-                        "choices": [
-                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                        ],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    }
-                )
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.http.server_port}/v1"
-        threading.Thread(target=self.http.serve_forever, args=(0.05,), daemon=True).start()
+        super().__init__(lambda: self.cards, reply)
 
 
 @pytest.fixture
@@ -208,8 +171,7 @@ def serve() -> Iterator[Any]:
 
     yield start
     for server in servers:
-        server.http.shutdown()
-        server.http.server_close()
+        server.close()
 
 
 async def test_a_checkpoint_retrained_in_place_and_served_again_never_reads_the_first(
